@@ -1,0 +1,1 @@
+//! Containment (being written).

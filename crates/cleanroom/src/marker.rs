@@ -1,0 +1,194 @@
+//! The ownership marker: the small versioned JSON file at the top of every root that proves the
+//! root is ours and says who owns it.
+//!
+//! Format (version 1), documented for other tools in `docs/marker.md`:
+//!
+//! ```json
+//! {"format":"cleanroom-root-marker","version":1,"run_id":"20261129T093000Z-0123456789abcdef",
+//!  "euid":1000,"owner":{"pid":4242,"start_time":123456},
+//!  "host":{"boot_id":"…","pid_ns":4026531836,"hostname":"box"},
+//!  "created_unix_ms":1795944600000,"command":["cargo","test"],"keep":false,
+//!  "cgroup":"/sys/fs/cgroup/cleanroom-20261129T093000Z-0123456789abcdef"}
+//! ```
+//!
+//! Invariants: written with O_EXCL (never replacing anything), mode 0600, fsynced, before the
+//! root is published. Read strictly: the file must be a regular file with exactly one link, owned
+//! by the effective uid, at most [`MAX_MARKER_BYTES`], with exactly the fields above and a known
+//! version. Anything else is "not ours to judge" and the root is left alone.
+
+use std::io::{Read, Write};
+use std::os::fd::BorrowedFd;
+
+use rustix::fs::{FileType, Mode, OFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::process::{Host, ProcessId};
+
+/// File name of the marker inside a root.
+pub const MARKER_FILE: &str = "cleanroom-root.json";
+/// Value of the `format` field.
+pub const MARKER_FORMAT: &str = "cleanroom-root-marker";
+/// The marker version this build writes and the only one it reads.
+pub const MARKER_VERSION: u32 = 1;
+/// Markers larger than this are refused unread.
+pub const MAX_MARKER_BYTES: u64 = 64 * 1024;
+
+/// The content of a root's ownership marker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Marker {
+    /// Always [`MARKER_FORMAT`].
+    pub format: String,
+    /// Always [`MARKER_VERSION`] for markers this build writes.
+    pub version: u32,
+    /// The run's id; the root's name is `run-<run_id>`.
+    pub run_id: String,
+    /// Effective uid of the owner.
+    pub euid: u32,
+    /// The process that owns the root (the runner or the exec-server).
+    pub owner: ProcessId,
+    /// The boot, pid namespace and host of the owner.
+    pub host: Host,
+    /// When the root was created, milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// The command the run executes (for `list` and reports).
+    pub command: Vec<String>,
+    /// `--keep-root`: gc leaves this root alone unless asked to reclaim kept roots.
+    pub keep: bool,
+    /// The cgroup the run's processes live in, if one was used.
+    pub cgroup: Option<String>,
+}
+
+/// Why a marker was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkerProblem(pub String);
+
+impl std::fmt::Display for MarkerProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Marker {
+    /// Writes the marker into the directory `root` (must not exist yet), mode 0600, fsynced.
+    pub fn write(&self, root: BorrowedFd<'_>) -> std::io::Result<()> {
+        let fd = rustix::fs::openat(
+            root,
+            MARKER_FILE,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::RUSR | Mode::WUSR,
+        )?;
+        let mut file = std::fs::File::from(fd);
+        let mut bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        file.write_all(&bytes)?;
+        file.sync_data()
+    }
+
+    /// Reads and validates the marker of the directory `root`, expecting owner `euid`.
+    pub fn read(root: BorrowedFd<'_>, euid: u32) -> Result<Marker, MarkerProblem> {
+        let problem = |s: String| MarkerProblem(s);
+        let fd = rustix::fs::openat(
+            root,
+            MARKER_FILE,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::NOENT => problem("no marker".into()),
+            rustix::io::Errno::LOOP => problem("marker is a symbolic link".into()),
+            e => problem(format!("marker cannot be opened: {e}")),
+        })?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| problem(format!("marker: {e}")))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(problem("marker is not a regular file".into()));
+        }
+        if stat.st_nlink != 1 {
+            return Err(problem(format!("marker has {} hard links", stat.st_nlink)));
+        }
+        if stat.st_uid != euid {
+            return Err(problem(format!("marker is owned by uid {}", stat.st_uid)));
+        }
+        if stat.st_size as u64 > MAX_MARKER_BYTES {
+            return Err(problem("marker is too large".into()));
+        }
+        let mut text = String::new();
+        std::fs::File::from(fd)
+            .take(MAX_MARKER_BYTES)
+            .read_to_string(&mut text)
+            .map_err(|e| problem(format!("marker is unreadable: {e}")))?;
+        Marker::parse(&text, euid)
+    }
+
+    /// Parses marker text strictly.
+    pub fn parse(text: &str, euid: u32) -> Result<Marker, MarkerProblem> {
+        #[derive(Deserialize)]
+        struct Probe {
+            format: String,
+            version: u32,
+        }
+        let probe: Probe = serde_json::from_str(text)
+            .map_err(|e| MarkerProblem(format!("marker is not valid: {e}")))?;
+        if probe.format != MARKER_FORMAT {
+            return Err(MarkerProblem(format!("unknown marker format {:?}", probe.format)));
+        }
+        if probe.version != MARKER_VERSION {
+            return Err(MarkerProblem(format!(
+                "unknown marker version {}",
+                probe.version
+            )));
+        }
+        let marker: Marker = serde_json::from_str(text)
+            .map_err(|e| MarkerProblem(format!("marker is not valid: {e}")))?;
+        if marker.euid != euid {
+            return Err(MarkerProblem(format!(
+                "marker belongs to uid {}, not {euid}",
+                marker.euid
+            )));
+        }
+        if !crate::namespace::is_valid_run_id(&marker.run_id) {
+            return Err(MarkerProblem("marker has a malformed run id".into()));
+        }
+        Ok(marker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Marker {
+        Marker {
+            format: MARKER_FORMAT.into(),
+            version: MARKER_VERSION,
+            run_id: "20261129T093000Z-0123456789abcdef".into(),
+            euid: 1000,
+            owner: ProcessId {
+                pid: 42,
+                start_time: 7,
+            },
+            host: Host {
+                boot_id: "b".into(),
+                pid_ns: 1,
+                hostname: "h".into(),
+            },
+            created_unix_ms: 1,
+            command: vec!["true".into()],
+            keep: false,
+            cgroup: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_other_shapes() {
+        let text = serde_json::to_string(&sample()).unwrap();
+        assert_eq!(Marker::parse(&text, 1000).unwrap(), sample());
+        assert!(Marker::parse(&text, 1001).unwrap_err().0.contains("uid 1000"));
+        let v2 = text.replace("\"version\":1", "\"version\":2");
+        assert!(Marker::parse(&v2, 1000).unwrap_err().0.contains("version 2"));
+        let extra = text.replacen('{', "{\"surprise\":1,", 1);
+        assert!(Marker::parse(&extra, 1000).is_err());
+        assert!(Marker::parse("{}", 1000).is_err());
+        assert!(Marker::parse("not json", 1000).is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! Process identity and procfs queries: who a process is, whether it is still the same process,
+//! and safe signalling through pidfds.
+//!
+//! Invariant: a pid alone never identifies a process (pids wrap at 32768 on small machines). A
+//! process is named by pid + start time (field 22 of `/proc/<pid>/stat`), and signals go through a
+//! pidfd opened *before* the start time is re-checked, so a reused pid is never signalled.
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use rustix::process::{Pid, PidfdFlags, Signal};
+use serde::{Deserialize, Serialize};
+
+/// A process named so that pid reuse cannot confuse it with another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessId {
+    /// The pid, in the pid namespace of the observer.
+    pub pid: i32,
+    /// Start time in clock ticks since boot.
+    pub start_time: u64,
+}
+
+/// Facts about one process, as read from procfs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// The process.
+    #[serde(flatten)]
+    pub id: ProcessId,
+    /// Its command line, arguments joined by spaces (or `[comm]` for kernel-style names).
+    pub command: String,
+}
+
+/// Where the process that wrote a record was running, to judge later whether it still lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// `/proc/sys/kernel/random/boot_id`.
+    pub boot_id: String,
+    /// Inode of `/proc/self/ns/pid`: pids are only comparable within one pid namespace.
+    pub pid_ns: u64,
+    /// The UTS hostname.
+    pub hostname: String,
+}
+
+impl Host {
+    /// Reads the current machine, boot and pid namespace.
+    pub fn current() -> io::Result<Host> {
+        let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+            .trim()
+            .to_string();
+        let pid_ns = fs::metadata("/proc/self/ns/pid")?.ino();
+        let hostname = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned();
+        Ok(Host {
+            boot_id,
+            pid_ns,
+            hostname,
+        })
+    }
+}
+
+/// What can be said about a recorded process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// It exists (same pid, same start time, same boot and namespace).
+    Alive,
+    /// It provably no longer exists.
+    Dead,
+    /// It cannot be decided from here (another pid namespace, unreadable procfs, ...).
+    Unknown,
+}
+
+impl ProcessId {
+    /// The calling process.
+    pub fn current() -> io::Result<ProcessId> {
+        let pid = std::process::id() as i32;
+        Ok(ProcessId {
+            pid,
+            start_time: start_time(pid)?,
+        })
+    }
+
+    /// Reads the identity of `pid` now, or `None` if it does not exist.
+    pub fn of(pid: i32) -> Option<ProcessId> {
+        start_time(pid).ok().map(|start_time| ProcessId { pid, start_time })
+    }
+
+    /// Judges whether this process, recorded on `recorded_host`, is alive when seen from `here`.
+    pub fn liveness(&self, recorded_host: &Host, here: &Host) -> Liveness {
+        if recorded_host.boot_id != here.boot_id {
+            return Liveness::Dead;
+        }
+        if recorded_host.pid_ns != here.pid_ns || recorded_host.hostname != here.hostname {
+            return Liveness::Unknown;
+        }
+        match start_time(self.pid) {
+            Ok(t) if t == self.start_time => Liveness::Alive,
+            Ok(_) => Liveness::Dead,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Liveness::Dead,
+            Err(_) => Liveness::Unknown,
+        }
+    }
+
+    /// Sends `signal` if and only if this exact process still exists.
+    ///
+    /// Returns `Ok(false)` when the process is gone (or its pid now belongs to another process).
+    pub fn signal(&self, signal: Signal) -> io::Result<bool> {
+        let Some(pidfd) = self.pidfd()? else {
+            return Ok(false);
+        };
+        match rustix::process::pidfd_send_signal(pidfd.as_fd(), signal) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::SRCH) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Opens a pidfd for this process after checking that the pid still names it.
+    pub fn pidfd(&self) -> io::Result<Option<OwnedFd>> {
+        let Some(pid) = Pid::from_raw(self.pid) else {
+            return Ok(None);
+        };
+        let fd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::SRCH) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        // The pidfd now pins the process it was opened for; if that is still the one we recorded,
+        // every signal through it reaches the right process (or nothing, once it has exited).
+        match start_time(self.pid) {
+            Ok(t) if t == self.start_time => Ok(Some(fd)),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Field 22 of `/proc/<pid>/stat`: start time in clock ticks after boot.
+pub fn start_time(pid: i32) -> io::Result<u64> {
+    stat_fields(pid)?
+        .get(19)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name: index 0 is field 3 (state).
+fn stat_fields(pid: i32) -> io::Result<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat
+        .rfind(')')
+        .map(|i| &stat[i + 1..])
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))?;
+    Ok(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Whether `pid` is a zombie (exited, not yet reaped) or gone.
+pub fn is_dead_or_zombie(pid: i32) -> bool {
+    match stat_fields(pid) {
+        Ok(fields) => fields.first().is_some_and(|s| s == "Z" || s == "X"),
+        Err(_) => true,
+    }
+}
+
+/// The command line of `pid`, for reports.
+pub fn command_line(pid: i32) -> String {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let parts: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    if parts.is_empty() {
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        format!("[{}]", comm.trim())
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// Reads `ProcessInfo` for `pid`, or `None` when it is gone or a zombie.
+pub fn info(pid: i32) -> Option<ProcessInfo> {
+    if is_dead_or_zombie(pid) {
+        return None;
+    }
+    let id = ProcessId::of(pid)?;
+    Some(ProcessInfo {
+        id,
+        command: command_line(pid),
+    })
+}
+
+/// Direct children of `pid` (all of its threads' children).
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let path = task.path().join("children");
+        if let Ok(text) = fs::read_to_string(&path) {
+            out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
+/// Every living descendant of `pid` (children, their children, ...), zombies excluded.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut stack = children(pid);
+    while let Some(p) = stack.pop() {
+        if out.contains(&p) {
+            continue;
+        }
+        stack.extend(children(p));
+        if !is_dead_or_zombie(p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The real uid of `pid`.
+pub fn real_uid(pid: i32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
+}
+
+/// All pids currently visible in `/proc`.
+pub fn all_pids() -> Vec<i32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .collect()
+}
+
+/// Processes of real uid `uid` whose environment contains the entry `NAME=value`.
+///
+/// This is how processes of a run whose runner died are found: every contained process carries
+/// `CLEANROOM_RUN_ID` (or the exec-server's `CLEANROOM_EXEC_ID`) from its spawn.
+pub fn with_env_entry(name: &str, value: &str, uid: u32) -> Vec<ProcessInfo> {
+    let needle = format!("{name}={value}");
+    let me = std::process::id() as i32;
+    all_pids()
+        .into_iter()
+        .filter(|&pid| pid != me && real_uid(pid) == Some(uid))
+        .filter(|&pid| environ_has(pid, needle.as_bytes()))
+        .filter_map(info)
+        .collect()
+}
+
+/// Whether `/proc/<pid>/environ` has exactly the entry `needle`.
+pub fn environ_has(pid: i32, needle: &[u8]) -> bool {
+    let path = format!("/proc/{pid}/environ");
+    match fs::read(Path::new(&path)) {
+        Ok(env) => env.split(|&b| b == 0).any(|entry| entry == needle),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_current_process_is_alive_and_a_changed_start_time_is_dead() {
+        let here = Host::current().unwrap();
+        let me = ProcessId::current().unwrap();
+        assert_eq!(me.liveness(&here, &here), Liveness::Alive);
+        let impostor = ProcessId {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert_eq!(impostor.liveness(&here, &here), Liveness::Dead);
+        let other_boot = Host {
+            boot_id: "another-boot".into(),
+            ..here.clone()
+        };
+        assert_eq!(me.liveness(&other_boot, &here), Liveness::Dead);
+        let other_ns = Host {
+            pid_ns: here.pid_ns + 1,
+            ..here.clone()
+        };
+        assert_eq!(me.liveness(&other_ns, &here), Liveness::Unknown);
+    }
+}

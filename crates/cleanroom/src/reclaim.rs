@@ -1,0 +1,1 @@
+//! reclaim (being written).

@@ -1,0 +1,335 @@
+//! The Unix removal walk: descriptor-relative, symlink-proof, mount-aware, depth-unbounded.
+//!
+//! Every directory is entered with `openat(O_DIRECTORY | O_NOFOLLOW)` relative to its parent's
+//! descriptor and checked with `statx` on the opened descriptor itself: a different device or
+//! mount id means another filesystem (or a bind mount), which is reported and never entered.
+//! At most [`FD_BUDGET`] directory descriptors are open at once; a frame whose descriptor was
+//! closed is reopened through `..` of its child and must have the inode it had before.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, StatxFlags};
+use rustix::io::Errno;
+
+use super::WalkStats;
+use crate::marker::MARKER_FILE;
+use crate::namespace::Namespace;
+
+/// Directory descriptors the walk may hold open at once.
+const FD_BUDGET: usize = 128;
+
+/// Device, inode and mount id of a directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+}
+
+fn identity_of_fd(fd: BorrowedFd<'_>) -> Result<(Identity, u64, u32), Errno> {
+    let stx = rustix::fs::statx(
+        fd,
+        c"",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::INO | StatxFlags::MNT_ID,
+    )?;
+    let dev = rustix::fs::makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    Ok((
+        Identity {
+            dev,
+            ino: stx.stx_ino,
+        },
+        stx.stx_mnt_id,
+        u32::from(stx.stx_mode),
+    ))
+}
+
+/// Renames `name` to `trash` inside the namespace, checking that both names denote `held`.
+pub(super) fn quarantine(
+    ns: &Namespace,
+    name: &str,
+    trash: &str,
+    held: &OwnedFd,
+) -> Result<(), String> {
+    let (want, _, _) =
+        identity_of_fd(held.as_fd()).map_err(|e| format!("cannot inspect the open root: {e}"))?;
+    let same = |entry: &str| -> Result<bool, String> {
+        let st = rustix::fs::statat(ns.dir(), entry, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| format!("cannot inspect {entry}: {e}"))?;
+        Ok(FileType::from_raw_mode(st.st_mode) == FileType::Directory
+            && Identity {
+                dev: st.st_dev,
+                ino: st.st_ino,
+            } == want)
+    };
+    if !same(name)? {
+        return Err(format!(
+            "{name} is no longer the directory this process owns; preserved"
+        ));
+    }
+    if name != trash {
+        rustix::fs::renameat_with(ns.dir(), name, ns.dir(), trash, RenameFlags::NOREPLACE)
+            .map_err(|e| format!("cannot quarantine {name} as {trash}: {e}"))?;
+        if !same(trash)? {
+            return Err(format!(
+                "{trash} changed during quarantine; preserved for inspection"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Removes the marker and then the (now empty) quarantined root itself.
+pub(super) fn finish(ns: &Namespace, trash: &str, held: &OwnedFd) -> Result<(), String> {
+    match rustix::fs::unlinkat(held, MARKER_FILE, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => {}
+        Err(e) => return Err(format!("{MARKER_FILE}: {e}")),
+    }
+    rustix::fs::unlinkat(ns.dir(), trash, AtFlags::REMOVEDIR)
+        .map_err(|e| format!("{}: {e}", ns.path().join(trash).display()))
+}
+
+struct Frame {
+    /// Open descriptor, or `None` when closed to stay within the budget.
+    fd: Option<OwnedFd>,
+    identity: Identity,
+    /// Name in the parent directory (empty for the top).
+    name: CString,
+    /// Entries still to handle: name and the type reported by the directory (if any).
+    pending: Vec<(CString, Option<FileType>)>,
+}
+
+/// Removes everything inside the directory `top` except its marker; `display` names it in errors.
+pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
+    let mut stats = WalkStats::default();
+    let (top_identity, top_mnt, _) = match identity_of_fd(top.as_fd()) {
+        Ok(v) => v,
+        Err(e) => {
+            stats.errors.push(format!("{}: {e}", display.display()));
+            return stats;
+        }
+    };
+    let top_fd = match reopen_self(top.as_fd()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            stats.errors.push(format!("{}: {e}", display.display()));
+            return stats;
+        }
+    };
+    let mut pending = match read_entries(top_fd.as_fd()) {
+        Ok(p) => p,
+        Err(e) => {
+            stats.errors.push(format!("{}: {e}", display.display()));
+            return stats;
+        }
+    };
+    pending.retain(|(n, _)| n.as_bytes() != MARKER_FILE.as_bytes());
+    let mut stack = vec![Frame {
+        fd: Some(top_fd),
+        identity: top_identity,
+        name: CString::default(),
+        pending,
+    }];
+    let mut open_fds = 1usize;
+    while let Some(frame) = stack.last_mut() {
+        let Some((name, kind)) = frame.pending.pop() else {
+            let done = stack.pop().expect("frame exists");
+            if done.fd.is_some() {
+                open_fds -= 1;
+            }
+            let Some(parent) = stack.last_mut() else { break };
+            if parent.fd.is_none() {
+                match reopen_parent(&done, parent.identity) {
+                    Ok(fd) => {
+                        parent.fd = Some(fd);
+                        open_fds += 1;
+                    }
+                    Err(e) => {
+                        stats.errors.push(format!(
+                            "{}: cannot return to parent directory: {e}",
+                            path_of(display, &stack, &done.name).display()
+                        ));
+                        return stats;
+                    }
+                }
+            }
+            let parent_fd = parent.fd.as_ref().expect("reopened").as_fd();
+            match rustix::fs::unlinkat(parent_fd, done.name.as_c_str(), AtFlags::REMOVEDIR) {
+                Ok(()) => stats.dirs += 1,
+                Err(Errno::NOENT) => {}
+                Err(e) => {
+                    // Only report the directory if its contents were not already reported.
+                    if stats.errors.is_empty() && stats.mounts.is_empty() {
+                        stats.errors.push(format!(
+                            "{}: {e}",
+                            path_of(display, &stack, &done.name).display()
+                        ));
+                    }
+                }
+            }
+            continue;
+        };
+        let dir_fd = frame.fd.as_ref().expect("current frame is open").as_fd();
+        let is_dir = match kind {
+            Some(FileType::Directory) => true,
+            Some(_) => false,
+            None => match rustix::fs::statat(dir_fd, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => FileType::from_raw_mode(st.st_mode) == FileType::Directory,
+                Err(Errno::NOENT) => continue,
+                Err(e) => {
+                    stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display()));
+                    continue;
+                }
+            },
+        };
+        if !is_dir {
+            match rustix::fs::unlinkat(dir_fd, name.as_c_str(), AtFlags::empty()) {
+                Ok(()) => stats.files += 1,
+                Err(Errno::NOENT) => {}
+                Err(Errno::ISDIR) => stack
+                    .last_mut()
+                    .expect("frame")
+                    .pending
+                    .push((name, Some(FileType::Directory))),
+                Err(e) => stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display())),
+            }
+            continue;
+        }
+        let child = match open_dir_for_removal(dir_fd, &name) {
+            Ok(Some(fd)) => fd,
+            Ok(None) => continue,
+            Err(e) => {
+                stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display()));
+                continue;
+            }
+        };
+        let (identity, mnt, mode) = match identity_of_fd(child.as_fd()) {
+            Ok(v) => v,
+            Err(e) => {
+                stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display()));
+                continue;
+            }
+        };
+        if identity.dev != top_identity.dev || mnt != top_mnt {
+            stats.mounts.push(path_of(display, &stack, &name));
+            continue;
+        }
+        if mode & 0o700 != 0o700 {
+            if let Err(e) = rustix::fs::fchmod(&child, Mode::from_raw_mode((mode & 0o7777) | 0o700)) {
+                stats.errors.push(format!("{}: cannot make writable: {e}", path_of(display, &stack, &name).display()));
+            }
+        }
+        let entries = match read_entries(child.as_fd()) {
+            Ok(e) => e,
+            Err(e) => {
+                stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display()));
+                continue;
+            }
+        };
+        if open_fds >= FD_BUDGET {
+            // Close the outermost open descriptor below the current frame (never the top).
+            if let Some(old) = stack.iter_mut().skip(1).find(|f| f.fd.is_some()) {
+                old.fd = None;
+                open_fds -= 1;
+            }
+        }
+        open_fds += 1;
+        stack.push(Frame {
+            fd: Some(child),
+            identity,
+            name,
+            pending: entries,
+        });
+    }
+    stats
+}
+
+/// Opens a child directory without following symlinks, making it searchable if it is not.
+/// `Ok(None)`: it vanished or is not a directory any more (it was then unlinked as a file).
+fn open_dir_for_removal(parent: BorrowedFd<'_>, name: &CStr) -> Result<Option<OwnedFd>, Errno> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(Errno::NOTDIR) | Err(Errno::LOOP) => {
+            // Replaced by a file or symlink since it was listed: unlink the name, not its target.
+            match rustix::fs::unlinkat(parent, name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+        Err(Errno::ACCESS) => {
+            // A directory without search or read permission (e.g. chmod 000): give ourselves
+            // access through an O_PATH descriptor, which pins the very inode that was listed.
+            let path_fd = rustix::fs::openat(
+                parent,
+                name,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let st = rustix::fs::fstat(&path_fd)?;
+            let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&path_fd));
+            rustix::fs::chmod(proc_path.as_str(), Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700))?;
+            rustix::fs::openat(parent, name, flags, Mode::empty()).map(Some)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn reopen_self(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat(
+        fd,
+        c".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+fn reopen_parent(child: &Frame, expected: Identity) -> Result<OwnedFd, String> {
+    let child_fd = child
+        .fd
+        .as_ref()
+        .ok_or_else(|| "child descriptor already closed".to_string())?;
+    let fd = rustix::fs::openat(
+        child_fd,
+        c"..",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| e.to_string())?;
+    let (identity, _, _) = identity_of_fd(fd.as_fd()).map_err(|e| e.to_string())?;
+    if identity != expected {
+        return Err("the tree was moved during removal".into());
+    }
+    Ok(fd)
+}
+
+fn read_entries(fd: BorrowedFd<'_>) -> Result<Vec<(CString, Option<FileType>)>, Errno> {
+    let mut out = Vec::new();
+    let mut dir = rustix::fs::Dir::read_from(fd)?;
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            FileType::Unknown => None,
+            t => Some(t),
+        };
+        out.push((name.to_owned(), kind));
+    }
+    Ok(out)
+}
+
+/// A displayable path for an entry: the top's path plus the names of the open frames.
+fn path_of(display: &Path, stack: &[Frame], name: &CStr) -> PathBuf {
+    let mut path = display.to_path_buf();
+    for frame in stack.iter().skip(1) {
+        path.push(OsStr::from_bytes(frame.name.as_bytes()));
+    }
+    path.push(OsStr::from_bytes(name.to_bytes()));
+    path
+}
