@@ -1,1 +1,103 @@
-fn main() {}
+//! The `cleanroom` command: wires the library's parts to subcommands.
+//!
+//! Exit statuses scripts can rely on are listed in `docs/exit-status.md`; every failure of
+//! cleanroom itself is one line on stderr and exit 125.
+
+mod doctor;
+mod gc;
+mod run;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit status for cleanroom's own failures (bad input, unsafe state dir, setup errors).
+pub const EXIT_OWN_FAILURE: u8 = 125;
+
+/// Run commands in an owned root; nothing they start or write is left behind.
+#[derive(Parser, Debug)]
+#[command(name = "cleanroom", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every subcommand understands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Global {
+    /// The namespace holding all roots [default: /tmp/cleanroom-<euid>].
+    #[arg(long, global = true, env = "CLEANROOM_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// More logging on stderr (-v: decisions, -vv: details).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl Global {
+    /// The namespace path to use.
+    pub fn namespace_path(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(cleanroom::Namespace::default_path)
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run COMMAND in a fresh root; remove it and everything the command started afterwards.
+    Run(Box<run::RunArgs>),
+    /// Reclaim stale roots whose owners are provably dead.
+    Gc(gc::GcArgs),
+    /// List every entry of the namespace with its state.
+    List(gc::ListArgs),
+    /// Show what this machine allows and what `run` will use.
+    Doctor(doctor::DoctorArgs),
+    /// Serve the exec-server protocol (JSON-RPC over WebSocket or stdio).
+    Serve(serve::ServeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_OWN_FAILURE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_logging(cli.global.verbose);
+    let code = match cli.command {
+        Command::Run(args) => run::main(*args, &cli.global),
+        Command::Gc(args) => gc::gc_main(args, &cli.global),
+        Command::List(args) => gc::list_main(args, &cli.global),
+        Command::Doctor(args) => doctor::main(args, &cli.global),
+        Command::Serve(args) => serve::main(args, &cli.global),
+    };
+    ExitCode::from(code)
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CLEANROOM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+}
+
+/// Prints a one-line error for cleanroom's own failure and returns its exit status.
+pub fn fail(err: impl std::fmt::Display) -> u8 {
+    eprintln!("cleanroom: {err}");
+    EXIT_OWN_FAILURE
+}
