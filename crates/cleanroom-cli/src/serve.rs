@@ -1,12 +1,107 @@
-//! `cleanroom serve` (being written).
+//! `cleanroom serve`: the exec-server (JSON-RPC over WebSocket or stdio) on one cleanroom root.
+//!
+//! The first and only line this command writes to stdout is the server's URL (WebSocket mode);
+//! in stdio mode stdout carries the protocol. Exit 0 after SIGTERM/SIGINT once every process is
+//! reaped and the root removed; 125 when the server cannot start.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cleanroom_exec_server::{Config, Listen, DEFAULT_MAX_MESSAGE_BYTES};
 
 use crate::Global;
 
+/// Protection modes `--protect` records.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Protect {
+    /// No kernel policy.
+    Off,
+    /// The real home is read-only.
+    Home,
+    /// Writes only inside the root, the working directory and device files.
+    Strict,
+}
+
 /// Options of `cleanroom serve`.
 #[derive(clap::Args, Debug)]
-pub struct ServeArgs {}
+pub struct ServeArgs {
+    /// `ws://IP:PORT` (loopback unless --allow-remote) or `stdio`.
+    #[arg(long, default_value = "ws://127.0.0.1:0", value_name = "URL")]
+    listen: String,
+    /// Permit a non-loopback listen address (the URL's capability path is then the only guard).
+    #[arg(long)]
+    allow_remote: bool,
+    /// Working directory reported to clients [default: the current directory].
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// How long a lost connection's session stays resumable (0: its processes are reaped at once).
+    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    session_ttl: String,
+    /// Protection mode for started processes (recorded; enforcement is pending).
+    #[arg(long, value_enum, default_value = "off")]
+    protect: Protect,
+    /// Largest accepted frame or message; larger ones close the socket with 1009.
+    #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_name = "N")]
+    max_message_bytes: usize,
+    /// Most sessions at once.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    max_sessions: usize,
+    /// Most unclosed processes per session.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    max_processes: usize,
+    /// Most open connections; more are dropped at accept.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    max_connections: usize,
+    /// Let secret-looking variables (host and client) reach processes.
+    #[arg(long)]
+    allow_secret_env: bool,
+}
 
 /// Runs the exec-server.
-pub fn main(_args: ServeArgs, _global: &Global) -> u8 {
-    crate::fail("serve is not implemented yet")
+pub fn main(args: ServeArgs, global: &Global) -> u8 {
+    let listen = match Listen::parse(&args.listen) {
+        Ok(listen) => listen,
+        Err(e) => return crate::fail(e),
+    };
+    let session_ttl = if args.session_ttl.trim() == "0" {
+        Duration::ZERO
+    } else {
+        match cleanroom::parse_duration(&args.session_ttl) {
+            Ok(d) => d,
+            Err(e) => return crate::fail(format!("--session-ttl: {e}")),
+        }
+    };
+    let cwd = match args.cwd.map_or_else(std::env::current_dir, |dir| dir.canonicalize()) {
+        Ok(cwd) if cwd.is_dir() => cwd,
+        Ok(cwd) => return crate::fail(format!("--cwd {} is not a directory", cwd.display())),
+        Err(e) => return crate::fail(format!("cannot resolve the working directory: {e}")),
+    };
+    let protect = match args.protect {
+        Protect::Off => "off",
+        Protect::Home => "home",
+        Protect::Strict => "strict",
+    };
+    let config = Config {
+        listen,
+        allow_remote: args.allow_remote,
+        namespace: global.namespace_path(),
+        cwd,
+        session_ttl,
+        protect: protect.into(),
+        max_message_bytes: args.max_message_bytes,
+        max_sessions: args.max_sessions.max(1),
+        max_processes: args.max_processes.max(1),
+        max_connections: args.max_connections.max(1),
+        allow_secret_env: args.allow_secret_env,
+    };
+    let ready = |url: &str| {
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{url}");
+        let _ = stdout.flush();
+    };
+    match cleanroom_exec_server::run(config, ready) {
+        Ok(()) => 0,
+        Err(e) => crate::fail(e),
+    }
 }

@@ -1,1 +1,64 @@
-//! placeholder
+//! The cleanroom exec-server: the Codex exec-server JSON-RPC protocol over WebSocket or stdio,
+//! where every process runs inside one cleanroom root and nothing outlives the server
+//! (see `exec-server-protocol.md`).
+//!
+//! ```no_run
+//! use cleanroom_exec_server::{Config, Listen};
+//! let config = Config {
+//!     listen: Listen::parse("ws://127.0.0.1:0").unwrap(),
+//!     allow_remote: false,
+//!     namespace: "/tmp/cleanroom-0".into(),
+//!     cwd: "/".into(),
+//!     session_ttl: std::time::Duration::ZERO,
+//!     protect: "off".into(),
+//!     max_message_bytes: cleanroom_exec_server::DEFAULT_MAX_MESSAGE_BYTES,
+//!     max_sessions: 64,
+//!     max_processes: 256,
+//!     max_connections: 1024,
+//!     allow_secret_env: false,
+//! };
+//! cleanroom_exec_server::run(config, |url| println!("{url}")).unwrap();
+//! ```
+//!
+//! The parts, from the wire inwards:
+//! - `transport`: WebSocket (capability path, `/readyz`, 1008/1009, pings) and stdio;
+//! - `protocol`: JSON-RPC shapes, error codes, typed params;
+//! - `connection`: `initialize`, resume, dispatch, what a lost connection does;
+//! - `session`: sessions and their process tables, with limits;
+//! - `start`, `envpolicy`, `uri`: validation of `process/start`, the child environment, file URIs;
+//! - `process`, `pty`, `outlet`: one process's pumps, seqs, retention, stdin, signals;
+//! - `reaper`: membership of a process tree, its termination, and orphan reaping;
+//! - `environment`: the root, the containment and the base environment;
+//! - `server`: configuration, start and shutdown.
+#![deny(missing_docs)]
+#![cfg(target_os = "linux")]
+
+mod connection;
+mod environment;
+mod envpolicy;
+mod outlet;
+mod process;
+mod protocol;
+mod pty;
+mod reaper;
+mod server;
+mod session;
+mod start;
+mod transport;
+mod uri;
+
+pub use server::{run, Config, Listen, DEFAULT_MAX_MESSAGE_BYTES};
+
+/// Why the server could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad option value.
+    #[error("{0}")]
+    Config(String),
+    /// The cleanroom core refused (namespace, root, containment).
+    #[error(transparent)]
+    Cleanroom(#[from] cleanroom::Error),
+    /// A system operation failed.
+    #[error("cannot {0}: {1}")]
+    Io(&'static str, #[source] std::io::Error),
+}

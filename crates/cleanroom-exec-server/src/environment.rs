@@ -1,0 +1,176 @@
+//! The server's one environment: a cleanroom root, the containment every process joins, and the
+//! base environment processes start from (spec §4; issue: "one cleanroom root, created at start
+//! and removed at shutdown").
+//!
+//! Invariants: the root exists from [`Environment::create`] until [`Environment::shutdown`]; the
+//! container (subreaper, and a cgroup when the server may create one) is set up before the first
+//! spawn; the base environment is built from the host's with secrets dropped (unless the server
+//! allows them) and HOME/TMPDIR/XDG pinned inside the root, and carries `CLEANROOM_RUN_ID`, so
+//! `gc` can reclaim the root and kill what is left if the server is killed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use cleanroom::contain::{ContainMode, Container, Mechanism};
+use cleanroom::root::Layout;
+use cleanroom::env::EnvOptions;
+use cleanroom::{Namespace, Root, RootOptions};
+use serde_json::{json, Value};
+
+use crate::reaper::Reaper;
+use crate::uri::file_uri;
+use crate::Error;
+
+/// How long shutdown's final sweep waits between TERM and KILL.
+const SWEEP_GRACE: Duration = Duration::from_millis(500);
+
+/// What the environment is created from.
+#[derive(Clone, Debug)]
+pub struct EnvironmentOptions {
+    /// The namespace (state dir) holding the root.
+    pub namespace: PathBuf,
+    /// The default working directory reported to clients.
+    pub cwd: PathBuf,
+    /// Pass secret-looking host variables through.
+    pub allow_secret_env: bool,
+    /// The recorded protection mode (`off`, `home`, `strict`).
+    pub protect: String,
+}
+
+/// The live environment.
+pub struct Environment {
+    namespace: Namespace,
+    /// Taken at shutdown.
+    root: Mutex<Option<Root>>,
+    run_id: String,
+    layout: Layout,
+    /// Taken at shutdown; spawns after that are refused.
+    container: Mutex<Option<Container>>,
+    mechanism: Mechanism,
+    base: BTreeMap<String, String>,
+    cwd: PathBuf,
+    shell: PathBuf,
+    protect: String,
+}
+
+impl Environment {
+    /// Creates the root and the containment, and builds the base environment.
+    pub fn create(options: &EnvironmentOptions) -> Result<Environment, Error> {
+        let namespace = Namespace::open_or_create(&options.namespace)?;
+        let run_id = cleanroom::root::new_run_id()?;
+        let container = Container::new(&run_id, ContainMode::Auto)?;
+        if let Some(reason) = container.fallback_reason() {
+            tracing::info!("containment: {} ({reason})", container.mechanism());
+        }
+        let host = cleanroom::env::host_env();
+        let env_options = EnvOptions {
+            drop_secrets: !options.allow_secret_env,
+            ..EnvOptions::default()
+        };
+        let homes = cleanroom::env::homes_needed(&host, &env_options.pins);
+        let root = Root::create(
+            &namespace,
+            &run_id,
+            &RootOptions {
+                command: vec!["cleanroom".into(), "serve".into()],
+                keep: false,
+                cgroup: container
+                    .cgroup_path()
+                    .map(|p| p.to_string_lossy().into_owned()),
+                homes,
+            },
+        )?;
+        let child = cleanroom::env::build(&host, root.layout(), root.path(), &run_id, &env_options);
+        let base: BTreeMap<String, String> = child
+            .vars
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        let shell = host
+            .get(std::ffi::OsStr::new("SHELL"))
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute() && p.exists())
+            .unwrap_or_else(|| PathBuf::from("/bin/sh"));
+        Ok(Environment {
+            namespace,
+            run_id,
+            layout: root.layout().clone(),
+            root: Mutex::new(Some(root)),
+            mechanism: container.mechanism(),
+            container: Mutex::new(Some(container)),
+            base,
+            cwd: options.cwd.clone(),
+            shell,
+            protect: options.protect.clone(),
+        })
+    }
+
+    /// The base environment of every process.
+    pub fn base(&self) -> &BTreeMap<String, String> {
+        &self.base
+    }
+
+    /// The run id of the environment's root.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Runs `f` with the containment every process joins, or `None` once shut down.
+    pub fn with_container<T>(&self, f: impl FnOnce(Option<&Container>) -> T) -> T {
+        f(lock(&self.container).as_ref())
+    }
+
+    /// `environment/info`.
+    pub fn info(&self) -> Value {
+        let layout = &self.layout;
+        let shell_name = self
+            .shell
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "sh".into());
+        json!({
+            "shell": {"name": shell_name, "path": self.shell.to_string_lossy()},
+            "cwd": file_uri(&self.cwd),
+            "userHomeDir": file_uri(&layout.home),
+            "tempDir": file_uri(&layout.tmp),
+            "temporaryDirectories": [file_uri(&layout.tmp)],
+            "platformOs": std::env::consts::OS,
+            "executorVersion": env!("CARGO_PKG_VERSION"),
+            "capabilities": {"networkProxyLaunch": false},
+            "cleanroom": {
+                "runId": self.run_id,
+                "containment": self.mechanism,
+                "protect": self.protect,
+            },
+        })
+    }
+
+    /// Kills whatever is still contained, then removes the root and the cgroup (blocking;
+    /// idempotent).
+    pub fn shutdown(&self, reaper: &Reaper) {
+        let container = lock(&self.container).take();
+        if let Some(container) = container {
+            let killed = container.terminate(SWEEP_GRACE, &mut || reaper.reap_orphans());
+            for process in &killed {
+                tracing::warn!("killed leftover process {} ({})", process.id.pid, process.command);
+            }
+        }
+        let root = lock(&self.root).take();
+        if let Some(root) = root {
+            let removal = root.remove(&self.namespace);
+            if !removal.is_removed() {
+                tracing::warn!(
+                    "root {} not fully removed: {:?} (the next gc retries)",
+                    removal.path.display(),
+                    removal.status
+                );
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,78 @@
+//! Where a session's outbound messages go: the queue of the connection it is attached to, or
+//! nowhere while it is detached.
+//!
+//! Invariant: each attachment has a generation; detaching names the generation it ends, so a
+//! connection that lost its session to a resume cannot detach the new connection. Queues are
+//! bounded: a client that does not read slows its own processes' output, never the server.
+
+use std::sync::{Mutex, PoisonError};
+
+use tokio::sync::mpsc;
+
+/// One message for a connection's writer.
+#[derive(Debug)]
+pub enum Outbound {
+    /// A JSON-RPC message.
+    Text(String),
+    /// Close the connection with this code and reason.
+    Close(u16, &'static str),
+}
+
+/// A session's current destination.
+#[derive(Debug, Default)]
+pub struct Outlet {
+    inner: Mutex<Attachment>,
+}
+
+#[derive(Debug, Default)]
+struct Attachment {
+    generation: u64,
+    queue: Option<mpsc::Sender<Outbound>>,
+}
+
+impl Outlet {
+    /// Sends `text` to the attached connection, waiting while its queue is full; dropped when
+    /// detached or when the connection is gone.
+    pub async fn send(&self, text: String) {
+        let queue = self.lock().queue.clone();
+        if let Some(queue) = queue {
+            let _ = queue.send(Outbound::Text(text)).await;
+        }
+    }
+
+    /// Attaches `queue` unless a connection is attached already; returns the new generation.
+    pub fn attach(&self, queue: mpsc::Sender<Outbound>) -> Option<u64> {
+        let mut inner = self.lock();
+        if inner.queue.is_some() {
+            return None;
+        }
+        inner.generation += 1;
+        inner.queue = Some(queue);
+        Some(inner.generation)
+    }
+
+    /// Detaches generation `generation`; false if another attachment replaced it.
+    pub fn detach(&self, generation: u64) -> bool {
+        let mut inner = self.lock();
+        if inner.generation != generation {
+            return false;
+        }
+        inner.queue = None;
+        true
+    }
+
+    /// Detaches whatever is attached.
+    pub fn detach_any(&self) {
+        self.lock().queue = None;
+    }
+
+    /// Whether a connection is attached, and the current generation.
+    pub fn state(&self) -> (bool, u64) {
+        let inner = self.lock();
+        (inner.queue.is_some(), inner.generation)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Attachment> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

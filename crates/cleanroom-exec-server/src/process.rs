@@ -1,0 +1,566 @@
+//! One started process: spawn, output pumps, exit, retention, read, write, signal, terminate
+//! (spec §5).
+//!
+//! Shape: each output descriptor has a pump task and the main process has a waiter task; they
+//! send events to one emitter task per process, which alone assigns sequence numbers, stores
+//! chunks in the retention buffer, wakes long-polls and forwards notifications. Nothing blocks a
+//! thread: pipes and the terminal are read through the reactor, waits are `watch` channels.
+//!
+//! Invariants: seqs start at 1 and are shared by output, `exited` and `closed`; there is exactly
+//! one `exited` and one `closed`, and `closed` is last: it is emitted only after the exit and EOF
+//! on every output descriptor; the retention buffer holds at most [`RETAIN_BYTES`] bytes and
+//! [`RETAIN_CHUNKS`] chunks, dropping the oldest.
+
+use std::collections::{HashSet, VecDeque};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use cleanroom::contain::Container;
+use cleanroom::process::ProcessId;
+use rustix::process::Signal;
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::envpolicy::EXEC_ID_VAR;
+use crate::outlet::Outlet;
+use crate::protocol::{notification, RpcError};
+use crate::pty::{self, Master};
+use crate::reaper::{Membership, Reaper};
+
+/// Newest bytes of output kept per process.
+pub const RETAIN_BYTES: usize = 1 << 20;
+/// Most chunks kept per process.
+pub const RETAIN_CHUNKS: usize = 50_000;
+/// How long a closed process stays readable.
+pub const CLOSED_RETENTION: Duration = Duration::from_secs(60);
+/// Grace between TERM and KILL when a process is terminated.
+pub const TERMINATE_GRACE: Duration = Duration::from_secs(1);
+/// Longest long-poll.
+pub const MAX_WAIT: Duration = Duration::from_millis(30_000);
+/// How long `exited` waits for output still in the pipes when the main process has exited.
+const EXIT_DRAIN: Duration = Duration::from_millis(50);
+/// Largest chunk read from a pipe or terminal at once.
+const READ_CHUNK: usize = 64 * 1024;
+/// Remembered `writeId`s per process.
+const WRITE_IDS: usize = 4096;
+
+/// A validated `process/start`.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// The client's id for it.
+    pub process_id: String,
+    /// The command.
+    pub argv: Vec<String>,
+    /// argv[0] override.
+    pub arg0: Option<String>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// Complete environment.
+    pub env: Vec<(String, String)>,
+    /// The exec id, also present in `env`.
+    pub exec_id: String,
+    /// Run on a terminal.
+    pub tty: bool,
+    /// Keep a writable stdin without a terminal.
+    pub pipe_stdin: bool,
+}
+
+/// Which descriptor a chunk came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamKind {
+    Stdout,
+    Stderr,
+    Pty,
+}
+
+impl StreamKind {
+    fn name(self) -> &'static str {
+        match self {
+            StreamKind::Stdout => "stdout",
+            StreamKind::Stderr => "stderr",
+            StreamKind::Pty => "pty",
+        }
+    }
+}
+
+struct Chunk {
+    seq: u64,
+    stream: StreamKind,
+    data: Vec<u8>,
+}
+
+/// What the emitter has published.
+struct State {
+    chunks: VecDeque<Chunk>,
+    bytes: usize,
+    next_seq: u64,
+    exit_code: Option<i32>,
+    closed: bool,
+}
+
+enum Event {
+    Output(StreamKind, Vec<u8>),
+    Eof,
+    Exited(i32),
+}
+
+enum Stdin {
+    Pipe(ChildStdin),
+    Pty(Arc<Master>),
+}
+
+/// The descriptors and child handed to [`Process::begin`].
+pub struct Started {
+    child: Child,
+    outputs: Outputs,
+}
+
+enum Outputs {
+    Pipes(tokio::process::ChildStdout, tokio::process::ChildStderr),
+    Pty(Arc<Master>),
+}
+
+/// A started process of a session.
+pub struct Process {
+    id: String,
+    pid: i32,
+    membership: Membership,
+    terminal: Option<Arc<Master>>,
+    state: Mutex<State>,
+    /// Bumped on every published event.
+    events: watch::Sender<()>,
+    /// True once tokio has reaped the main process.
+    reaped: watch::Sender<bool>,
+    stdin_enabled: bool,
+    stdin: tokio::sync::Mutex<Option<Stdin>>,
+    write_ids: Mutex<(HashSet<String>, VecDeque<String>)>,
+    termination: tokio::sync::Mutex<()>,
+    outlet: Arc<Outlet>,
+}
+
+impl Process {
+    /// Spawns `spec` contained in `container`; the pumps start with [`Process::begin`], after
+    /// the caller has answered the request, so the start result precedes every notification.
+    pub fn spawn(
+        spec: &Spec,
+        container: &Container,
+        reaper: &Reaper,
+        outlet: Arc<Outlet>,
+    ) -> Result<(Arc<Process>, Started), RpcError> {
+        let mut command = tokio::process::Command::new(OsStr::from_bytes(spec.argv[0].as_bytes()));
+        command
+            .args(&spec.argv[1..])
+            .current_dir(&spec.cwd)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .kill_on_drop(false);
+        if let Some(arg0) = &spec.arg0 {
+            command.arg0(arg0);
+        }
+        container.configure(command.as_std_mut());
+        let terminal = if spec.tty {
+            let master = pty::attach(&mut command)
+                .map_err(|e| RpcError::internal(format!("cannot open a terminal: {e}")))?;
+            Some(Arc::new(master))
+        } else {
+            let stdin = if spec.pipe_stdin {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            };
+            command
+                .stdin(stdin)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            // SAFETY: runs between fork and exec and makes one raw system call (setsid), which
+            // neither allocates nor takes locks.
+            unsafe {
+                command.pre_exec(|| {
+                    rustix::process::setsid()?;
+                    Ok(())
+                });
+            }
+            None
+        };
+        let mut child = {
+            let mut guard = reaper.spawning();
+            let child = command.spawn().map_err(|e| {
+                RpcError::internal(format!("failed to spawn {:?}: {e}", spec.argv[0]))
+            })?;
+            if let Some(pid) = child.id() {
+                guard.own(pid as i32);
+            }
+            child
+        };
+        // The terminal's slave ends live in `command`; they must close for EOF to ever come.
+        drop(command);
+        let pid = child.id().map(|p| p as i32).ok_or_else(|| {
+            RpcError::internal("spawned process has no pid (reaped already)".to_string())
+        })?;
+        let main = ProcessId::of(pid)
+            .ok_or_else(|| RpcError::internal(format!("cannot read /proc/{pid}/stat")))?;
+        let (outputs, stdin) = match &terminal {
+            Some(master) => (Outputs::Pty(master.clone()), Some(Stdin::Pty(master.clone()))),
+            None => {
+                let stdout = child.stdout.take().expect("stdout is piped");
+                let stderr = child.stderr.take().expect("stderr is piped");
+                (
+                    Outputs::Pipes(stdout, stderr),
+                    child.stdin.take().map(Stdin::Pipe),
+                )
+            }
+        };
+        let process = Arc::new(Process {
+            id: spec.process_id.clone(),
+            pid,
+            membership: Membership {
+                main,
+                env_entry: format!("{EXEC_ID_VAR}={}", spec.exec_id).into_bytes(),
+            },
+            terminal,
+            state: Mutex::new(State {
+                chunks: VecDeque::new(),
+                bytes: 0,
+                next_seq: 1,
+                exit_code: None,
+                closed: false,
+            }),
+            events: watch::channel(()).0,
+            reaped: watch::channel(false).0,
+            stdin_enabled: spec.tty || spec.pipe_stdin,
+            stdin: tokio::sync::Mutex::new(stdin),
+            write_ids: Mutex::new((HashSet::new(), VecDeque::new())),
+            termination: tokio::sync::Mutex::new(()),
+            outlet,
+        });
+        Ok((process, Started { child, outputs }))
+    }
+
+    /// Starts the pumps, the waiter and the emitter.
+    pub fn begin(self: &Arc<Self>, started: Started, reaper: Reaper) {
+        let (tx, rx) = mpsc::channel(16);
+        let streams = match started.outputs {
+            Outputs::Pipes(stdout, stderr) => {
+                tokio::spawn(pump_reader(stdout, StreamKind::Stdout, tx.clone()));
+                tokio::spawn(pump_reader(stderr, StreamKind::Stderr, tx.clone()));
+                2
+            }
+            Outputs::Pty(master) => {
+                tokio::spawn(pump_terminal(master, tx.clone()));
+                1
+            }
+        };
+        let process = self.clone();
+        let mut child = started.child;
+        tokio::spawn(async move {
+            let code = match child.wait().await {
+                Ok(status) => exit_code(status),
+                Err(e) => {
+                    tracing::warn!("waiting for process {}: {e}", process.pid);
+                    -1
+                }
+            };
+            reaper.release(process.pid);
+            process.reaped.send_replace(true);
+            let _ = tx.send(Event::Exited(code)).await;
+        });
+        tokio::spawn(self.clone().emit(rx, streams));
+    }
+
+    /// The client's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether `closed` has been emitted.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Whether the main process is still running (not yet reaped).
+    pub fn is_running(&self) -> bool {
+        !*self.reaped.borrow()
+    }
+
+    async fn emit(self: Arc<Self>, mut rx: mpsc::Receiver<Event>, mut open: usize) {
+        let mut pending_exit: Option<(i32, Instant)> = None;
+        let mut exited = false;
+        loop {
+            let event = match pending_exit {
+                Some((code, deadline)) => tokio::select! {
+                    event = rx.recv() => event,
+                    () = tokio::time::sleep_until(deadline) => {
+                        pending_exit = None;
+                        self.publish_exit(code).await;
+                        exited = true;
+                        continue;
+                    }
+                },
+                None => rx.recv().await,
+            };
+            match event {
+                Some(Event::Output(stream, data)) => self.publish_output(stream, data).await,
+                Some(Event::Eof) => open = open.saturating_sub(1),
+                Some(Event::Exited(code)) => pending_exit = Some((code, Instant::now() + EXIT_DRAIN)),
+                None => open = 0,
+            }
+            if open == 0 {
+                if let Some((code, _)) = pending_exit.take() {
+                    self.publish_exit(code).await;
+                    exited = true;
+                }
+                if exited {
+                    self.publish_closed().await;
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn publish_output(&self, stream: StreamKind, data: Vec<u8>) {
+        let encoded = BASE64.encode(&data);
+        let seq = {
+            let mut state = self.lock();
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.bytes += data.len();
+            state.chunks.push_back(Chunk { seq, stream, data });
+            while state.bytes > RETAIN_BYTES || state.chunks.len() > RETAIN_CHUNKS {
+                match state.chunks.pop_front() {
+                    Some(old) => state.bytes -= old.data.len(),
+                    None => break,
+                }
+            }
+            seq
+        };
+        self.events.send_replace(());
+        let params = json!({"processId": self.id, "seq": seq, "stream": stream.name(), "chunk": encoded});
+        self.outlet.send(notification("process/output", params)).await;
+    }
+
+    async fn publish_exit(&self, code: i32) {
+        let seq = {
+            let mut state = self.lock();
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.exit_code = Some(code);
+            seq
+        };
+        self.events.send_replace(());
+        let params = json!({"processId": self.id, "seq": seq, "exitCode": code, "sandboxDenied": false});
+        self.outlet.send(notification("process/exited", params)).await;
+    }
+
+    async fn publish_closed(&self) {
+        let seq = {
+            let mut state = self.lock();
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.closed = true;
+            seq
+        };
+        self.events.send_replace(());
+        let params = json!({"processId": self.id, "seq": seq});
+        self.outlet.send(notification("process/closed", params)).await;
+    }
+
+    /// `process/read`: chunks after `after_seq`, waiting up to `wait` when there is nothing new.
+    pub async fn read(&self, after_seq: u64, max_bytes: Option<u64>, wait: Duration) -> Value {
+        let mut events = self.events.subscribe();
+        let deadline = Instant::now() + wait.min(MAX_WAIT);
+        loop {
+            {
+                let state = self.lock();
+                let nothing_new = state.next_seq - 1 <= after_seq;
+                if !nothing_new || state.closed || Instant::now() >= deadline {
+                    return read_result(&state, after_seq, max_bytes);
+                }
+            }
+            if tokio::time::timeout_at(deadline, events.changed()).await.is_err() {
+                let state = self.lock();
+                return read_result(&state, after_seq, max_bytes);
+            }
+        }
+    }
+
+    /// Resolves once `closed` has been emitted.
+    pub async fn wait_closed(&self) {
+        let mut events = self.events.subscribe();
+        while !self.is_closed() {
+            if events.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// `process/write`: the status string.
+    pub async fn write(&self, data: &[u8], write_id: Option<&str>) -> &'static str {
+        if !self.stdin_enabled {
+            return "stdinClosed";
+        }
+        if let Some(id) = write_id {
+            let mut ids = self.write_ids.lock().unwrap_or_else(PoisonError::into_inner);
+            if !ids.0.insert(id.to_string()) {
+                return "accepted";
+            }
+            ids.1.push_back(id.to_string());
+            if ids.1.len() > WRITE_IDS {
+                if let Some(old) = ids.1.pop_front() {
+                    ids.0.remove(&old);
+                }
+            }
+        }
+        let mut stdin = self.stdin.lock().await;
+        let result = match stdin.as_mut() {
+            None => return "stdinClosed",
+            Some(Stdin::Pipe(pipe)) => match pipe.write_all(data).await {
+                Ok(()) => pipe.flush().await,
+                Err(e) => Err(e),
+            },
+            Some(Stdin::Pty(master)) => master.write_all(data).await,
+        };
+        match result {
+            Ok(()) => "accepted",
+            Err(e) => {
+                tracing::debug!("stdin of process {} closed: {e}", self.id);
+                *stdin = None;
+                "stdinClosed"
+            }
+        }
+    }
+
+    /// `process/signal interrupt`: SIGINT to the process group (the terminal's foreground group
+    /// for tty); nothing once the main process has exited.
+    pub fn interrupt(&self) -> Result<(), RpcError> {
+        if !self.is_running() {
+            return Ok(());
+        }
+        let result = match &self.terminal {
+            Some(master) => master.signal_foreground(Signal::INT),
+            None => match rustix::process::Pid::from_raw(self.pid) {
+                Some(pid) => rustix::process::kill_process_group(pid, Signal::INT).map_err(Into::into),
+                None => Ok(()),
+            },
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+            Err(e) => Err(RpcError::internal(format!("failed to signal process {}: {e}", self.id))),
+        }
+    }
+
+    /// Kills the whole tree (TERM, grace, KILL until empty) and returns once the main process
+    /// is reaped. Returns whether it was running. Without `even_after_exit`, a process whose
+    /// main process has exited is left alone (the spec's no-op).
+    pub async fn terminate(&self, reaper: &Reaper, even_after_exit: bool) -> Result<bool, RpcError> {
+        let running = self.is_running();
+        if !running && !even_after_exit {
+            return Ok(false);
+        }
+        let _turn = self.termination.lock().await;
+        let members = self.membership.clone();
+        let reaper = reaper.clone();
+        let survivors = tokio::task::spawn_blocking(move || {
+            let killed = reaper.terminate(&members, TERMINATE_GRACE);
+            (killed, members.current())
+        })
+        .await
+        .map_err(|e| RpcError::internal(format!("termination of process {} failed: {e}", self.id)))?;
+        if !survivors.1.is_empty() {
+            return Err(RpcError::internal(format!(
+                "process {} survived SIGKILL: {:?}",
+                self.id,
+                survivors.1.iter().map(|p| p.id.pid).collect::<Vec<_>>()
+            )));
+        }
+        let mut reaped = self.reaped.subscribe();
+        while !*reaped.borrow_and_update() {
+            if reaped.changed().await.is_err() {
+                break;
+            }
+        }
+        Ok(running)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
+    let budget = max_bytes.filter(|&b| b > 0).map_or(usize::MAX, |b| b as usize);
+    let mut used = 0usize;
+    let mut chunks = Vec::new();
+    let mut last = None;
+    for chunk in state.chunks.iter().filter(|c| c.seq > after_seq) {
+        if !chunks.is_empty() && used.saturating_add(chunk.data.len()) > budget {
+            break;
+        }
+        used += chunk.data.len();
+        last = Some(chunk.seq);
+        chunks.push(json!({
+            "seq": chunk.seq,
+            "stream": chunk.stream.name(),
+            "chunk": BASE64.encode(&chunk.data),
+        }));
+        if used >= budget {
+            break;
+        }
+    }
+    let next_seq = last.map_or(state.next_seq, |s| s + 1);
+    json!({
+        "chunks": chunks,
+        "nextSeq": next_seq,
+        "exited": state.exit_code.is_some(),
+        "exitCode": state.exit_code,
+        "closed": state.closed,
+        "failure": null,
+        "sandboxDenied": false,
+    })
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1)
+}
+
+async fn pump_reader(mut reader: impl AsyncRead + Unpin, stream: StreamKind, tx: mpsc::Sender<Event>) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if tx.send(Event::Output(stream, buf[..n].to_vec())).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = tx.send(Event::Eof).await;
+}
+
+async fn pump_terminal(master: Arc<Master>, tx: mpsc::Sender<Event>) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        match master.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if tx.send(Event::Output(StreamKind::Pty, buf[..n].to_vec())).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = tx.send(Event::Eof).await;
+}

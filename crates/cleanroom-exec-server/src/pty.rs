@@ -1,0 +1,97 @@
+//! Pseudo-terminals for `tty: true` processes: an 80×24 pair from `/dev/ptmx`, and the
+//! async master side the server reads and writes.
+//!
+//! Invariants: both ends are close-on-exec (the child gets the slave only as fds 0–2); the child
+//! becomes a session leader with the slave as its controlling terminal before exec; the master
+//! is non-blocking and read through the reactor, so no thread waits on a terminal.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::process::Stdio;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::pty::OpenptFlags;
+use rustix::termios::Winsize;
+use tokio::io::unix::AsyncFd;
+
+/// The master side of a terminal, registered with the reactor.
+#[derive(Debug)]
+pub struct Master {
+    fd: AsyncFd<OwnedFd>,
+}
+
+/// Opens a terminal pair sized 80×24 and makes `command` run on its slave side.
+pub fn attach(command: &mut tokio::process::Command) -> io::Result<Master> {
+    let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
+    rustix::pty::grantpt(&master)?;
+    rustix::pty::unlockpt(&master)?;
+    let name = rustix::pty::ptsname(&master, Vec::new())?;
+    let slave = rustix::fs::open(
+        name.as_c_str(),
+        OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    rustix::termios::tcsetwinsize(
+        &slave,
+        Winsize {
+            ws_row: 24,
+            ws_col: 80,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        },
+    )?;
+    command
+        .stdin(Stdio::from(slave.try_clone()?))
+        .stdout(Stdio::from(slave.try_clone()?))
+        .stderr(Stdio::from(slave));
+    // SAFETY: runs between fork and exec and makes two raw system calls (setsid, ioctl) that do
+    // not allocate or take locks.
+    unsafe {
+        command.pre_exec(|| {
+            rustix::process::setsid()?;
+            rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())?;
+            Ok(())
+        });
+    }
+    let flags = rustix::fs::fcntl_getfl(&master)?;
+    rustix::fs::fcntl_setfl(&master, flags | OFlags::NONBLOCK)?;
+    // SAFETY: `master` is an open descriptor owned by the AsyncFd from here on; OwnedFd always
+    // reports the same descriptor and nothing else closes it.
+    let fd = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;
+    Ok(Master { fd })
+}
+
+impl Master {
+    /// Reads what the terminal has; `Ok(0)` once every slave descriptor is closed (EIO).
+    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            match guard.try_io(|fd| rustix::io::read(fd.get_ref(), &mut *buf).map_err(io::Error::from)) {
+                Ok(Ok(n)) => return Ok(n),
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Writes all of `data` to the terminal (the child's input).
+    pub async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            let mut guard = self.fd.writable().await?;
+            match guard.try_io(|fd| rustix::io::write(fd.get_ref(), data).map_err(io::Error::from)) {
+                Ok(Ok(n)) => data = &data[n..],
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `signal` to the terminal's foreground process group.
+    pub fn signal_foreground(&self, signal: rustix::process::Signal) -> io::Result<()> {
+        let group = rustix::termios::tcgetpgrp(self.fd.get_ref().as_fd())?;
+        rustix::process::kill_process_group(group, signal)?;
+        Ok(())
+    }
+}

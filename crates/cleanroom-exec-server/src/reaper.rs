@@ -1,0 +1,99 @@
+//! Zombie reaping and tree termination for a server that is a child subreaper and shares its
+//! children with tokio.
+//!
+//! Owns: the set of pids tokio is waiting for, reaping of every other exited child (orphans that
+//! re-parented to the server), and the blocking TERM → grace → KILL loop over one process's
+//! members.
+//!
+//! Invariants: `waitpid(-1)` is never called; a pid in the tokio set is never reaped here; a pid
+//! enters the set under the same lock as its spawn and the orphan scan, so a child that exits
+//! before it is registered cannot be stolen from tokio.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use cleanroom::process::{self, ProcessId, ProcessInfo};
+
+/// The pids tokio owns, and the lock that orders spawns against orphan scans.
+#[derive(Clone, Debug, Default)]
+pub struct Reaper {
+    owned: Arc<Mutex<HashSet<i32>>>,
+}
+
+impl Reaper {
+    /// Holds the lock across a spawn; register the new pid with [`SpawnGuard::own`].
+    pub fn spawning(&self) -> SpawnGuard<'_> {
+        SpawnGuard {
+            owned: self.lock(),
+        }
+    }
+
+    /// Tokio has reaped `pid`.
+    pub fn release(&self, pid: i32) {
+        self.lock().remove(&pid);
+    }
+
+    /// Reaps every exited child of the server that tokio does not own (blocking: procfs scan).
+    pub fn reap_orphans(&self) {
+        let owned = self.lock();
+        cleanroom::contain::reap_orphans(&|pid| owned.contains(&pid));
+    }
+
+    /// TERM to every member of one process, `grace` for them to go, then KILL until none is
+    /// left (blocking: call from `spawn_blocking`). Returns what needed SIGKILL.
+    pub fn terminate(&self, members: &Membership, grace: Duration) -> Vec<ProcessInfo> {
+        cleanroom::contain::terminate_set(
+            &mut || members.current(),
+            grace,
+            &mut || self.reap_orphans(),
+            &mut || false,
+        )
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashSet<i32>> {
+        self.owned.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The reaper's lock, held while a child is spawned.
+pub struct SpawnGuard<'a> {
+    owned: MutexGuard<'a, HashSet<i32>>,
+}
+
+impl SpawnGuard<'_> {
+    /// Marks `pid` as tokio's.
+    pub fn own(&mut self, pid: i32) {
+        self.owned.insert(pid);
+    }
+}
+
+/// Who belongs to one started process: its main process while it lives, that process's
+/// descendants, and every descendant of the server that carries its `CLEANROOM_EXEC_ID` (setsid
+/// and double-forked children that re-parented to the server).
+#[derive(Clone, Debug)]
+pub struct Membership {
+    /// The main process, named by pid + start time.
+    pub main: ProcessId,
+    /// `CLEANROOM_EXEC_ID=<uuid>`, exactly as in the environment.
+    pub env_entry: Vec<u8>,
+}
+
+impl Membership {
+    /// The living members now.
+    pub fn current(&self) -> Vec<ProcessInfo> {
+        let server = std::process::id() as i32;
+        let main_alive = ProcessId::of(self.main.pid) == Some(self.main);
+        let mut pids: Vec<i32> = Vec::new();
+        if main_alive {
+            pids.push(self.main.pid);
+            pids.extend(process::descendants(self.main.pid));
+        }
+        for pid in process::descendants(server) {
+            if !pids.contains(&pid) && process::environ_has(pid, &self.env_entry) {
+                pids.push(pid);
+            }
+        }
+        pids.into_iter().filter_map(process::info).collect()
+    }
+}

@@ -1,0 +1,246 @@
+//! The server's lifecycle: configuration, start (environment, listener, URL), the background
+//! orphan reaper, and shutdown on SIGTERM/SIGINT (or stdin EOF in stdio mode).
+//!
+//! Invariants: the URL is reported only once the listener is bound and the root exists;
+//! shutdown ends every session (reaping every process tree), sweeps whatever is still contained,
+//! then removes the root, before `run` returns.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+use crate::environment::{Environment, EnvironmentOptions};
+use crate::reaper::Reaper;
+use crate::session::{Registry, Session};
+use crate::{transport, Error};
+
+/// Default `--max-message-bytes`: 100 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
+
+/// Where the server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// `ws://IP:PORT`.
+    WebSocket(SocketAddr),
+    /// Newline-delimited JSON on stdin/stdout.
+    Stdio,
+}
+
+impl Listen {
+    /// Parses `ws://127.0.0.1:0`, `ws://localhost:PORT`, `ws://[::1]:PORT`, `stdio` or
+    /// `stdio://`.
+    pub fn parse(text: &str) -> Result<Listen, Error> {
+        if text == "stdio" || text == "stdio://" {
+            return Ok(Listen::Stdio);
+        }
+        let bad = |why: &str| Error::Config(format!("invalid --listen {text:?}: {why}"));
+        let rest = text
+            .strip_prefix("ws://")
+            .ok_or_else(|| bad("expected ws://HOST:PORT or stdio"))?;
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        let rest = match rest.strip_prefix("localhost:") {
+            Some(port) => format!("127.0.0.1:{port}"),
+            None => rest.to_string(),
+        };
+        rest.parse::<SocketAddr>()
+            .map(Listen::WebSocket)
+            .map_err(|_| bad("expected an IP address and a port"))
+    }
+}
+
+/// Everything `cleanroom serve` is configured with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `--listen`.
+    pub listen: Listen,
+    /// `--allow-remote`: permit a non-loopback listen address.
+    pub allow_remote: bool,
+    /// The namespace (state dir) holding the environment's root.
+    pub namespace: PathBuf,
+    /// `--cwd`: the working directory reported by `environment/info`.
+    pub cwd: PathBuf,
+    /// `--session-ttl`: how long a lost connection's session stays resumable (0: reap at once).
+    pub session_ttl: Duration,
+    /// `--protect`: recorded and reported.
+    pub protect: String,
+    /// `--max-message-bytes`.
+    pub max_message_bytes: usize,
+    /// `--max-sessions`.
+    pub max_sessions: usize,
+    /// `--max-processes`: unclosed processes per session.
+    pub max_processes: usize,
+    /// `--max-connections`.
+    pub max_connections: usize,
+    /// `--allow-secret-env`.
+    pub allow_secret_env: bool,
+}
+
+/// State shared by every connection.
+pub struct Shared {
+    pub(crate) env: Environment,
+    pub(crate) reaper: Reaper,
+    pub(crate) sessions: Registry,
+    pub(crate) session_ttl: Duration,
+    pub(crate) max_sessions: usize,
+    pub(crate) max_processes: usize,
+    pub(crate) max_connections: usize,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) allow_secret_env: bool,
+}
+
+impl Shared {
+    /// Ends `session`: it leaves the registry and every process of it is reaped.
+    pub(crate) async fn end_session(&self, session: &Arc<Session>) {
+        self.sessions.remove(session);
+        session.end(&self.reaper).await;
+    }
+}
+
+/// Runs the server until SIGTERM/SIGINT (or stdin EOF with `Listen::Stdio`). `ready` receives
+/// the URL once clients can connect (not called in stdio mode).
+pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
+    if let Listen::WebSocket(addr) = &config.listen {
+        if !is_loopback(addr.ip()) && !config.allow_remote {
+            return Err(Error::Config(format!(
+                "refusing to listen on non-loopback address {addr} without --allow-remote"
+            )));
+        }
+    }
+    let env = Environment::create(&EnvironmentOptions {
+        namespace: config.namespace.clone(),
+        cwd: config.cwd.clone(),
+        allow_secret_env: config.allow_secret_env,
+        protect: config.protect.clone(),
+    })?;
+    let shared = Arc::new(Shared {
+        env,
+        reaper: Reaper::default(),
+        sessions: Registry::default(),
+        session_ttl: config.session_ttl,
+        max_sessions: config.max_sessions,
+        max_processes: config.max_processes,
+        max_connections: config.max_connections,
+        max_message_bytes: config.max_message_bytes,
+        allow_secret_env: config.allow_secret_env,
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            shared.env.shutdown(&shared.reaper);
+            return Err(Error::Io("start the async runtime", e));
+        }
+    };
+    let result = runtime.block_on(serve(config.listen, shared.clone(), ready));
+    runtime.block_on(shutdown(&shared));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) -> Result<(), Error> {
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| Error::Io("handle SIGTERM", e))?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| Error::Io("handle SIGINT", e))?;
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(reap_orphans_forever(shared.reaper.clone()));
+    let mut clients = match listen {
+        Listen::WebSocket(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| Error::Io("bind the listen address", e))?;
+            let bound = listener
+                .local_addr()
+                .map_err(|e| Error::Io("read the bound address", e))?;
+            let capability = capability()?;
+            ready(&format!("ws://{bound}{capability}"));
+            tokio::spawn(transport::serve_websocket(
+                listener,
+                shared.clone(),
+                capability.into(),
+                stopped,
+            ))
+        }
+        Listen::Stdio => tokio::spawn(transport::serve_stdio(shared.clone(), stopped)),
+    };
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+        _ = &mut clients => tracing::info!("input closed: shutting down"),
+    }
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(2), clients).await;
+    Ok(())
+}
+
+/// Ends every session, sweeps the containment, removes the root.
+async fn shutdown(shared: &Arc<Shared>) {
+    let sessions = shared.sessions.drain();
+    for session in &sessions {
+        session.outlet().detach_any();
+    }
+    let mut ends = tokio::task::JoinSet::new();
+    for session in sessions {
+        let shared = shared.clone();
+        ends.spawn(async move { session.end(&shared.reaper).await });
+    }
+    while ends.join_next().await.is_some() {}
+    let shared = shared.clone();
+    let _ = tokio::task::spawn_blocking(move || shared.env.shutdown(&shared.reaper)).await;
+}
+
+/// Reaps exited orphans (setsid and double-forked descendants re-parented to the server) on
+/// every SIGCHLD and once a second.
+async fn reap_orphans_forever(reaper: Reaper) {
+    let mut children = signal(SignalKind::child()).ok();
+    loop {
+        match children.as_mut() {
+            Some(children) => {
+                let _ = tokio::time::timeout(Duration::from_secs(1), children.recv()).await;
+            }
+            None => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+        let reaper = reaper.clone();
+        let _ = tokio::task::spawn_blocking(move || reaper.reap_orphans()).await;
+    }
+}
+
+/// `/cleanroom-<128 random bits, hex>`.
+fn capability() -> Result<String, Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| Error::Io("read random bytes", std::io::Error::other(e.to_string())))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("/cleanroom-{hex}"))
+}
+
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(Listen::parse("stdio").unwrap(), Listen::Stdio);
+        assert_eq!(
+            Listen::parse("ws://127.0.0.1:0").unwrap(),
+            Listen::WebSocket("127.0.0.1:0".parse().unwrap())
+        );
+        assert_eq!(
+            Listen::parse("ws://localhost:8080/").unwrap(),
+            Listen::WebSocket("127.0.0.1:8080".parse().unwrap())
+        );
+        assert!(Listen::parse("ws://[::1]:9").is_ok());
+        for bad in ["http://127.0.0.1:1", "ws://example.com:1", "ws://127.0.0.1", ""] {
+            assert!(Listen::parse(bad).is_err(), "{bad}");
+        }
+        assert!(!is_loopback("0.0.0.0".parse().unwrap()));
+    }
+}

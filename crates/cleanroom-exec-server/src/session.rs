@@ -1,0 +1,182 @@
+//! Sessions: the unit a client initializes, owns processes in, and may resume (spec §3, §7).
+//!
+//! Owns: the registry of sessions (bounded by `max_sessions`), each session's process table
+//! (bounded by `max_processes` unclosed processes; closed ones are forgotten 60 s after closing,
+//! or earlier when room is needed), and the end of a session, which reaps every process it has.
+//!
+//! Invariants: a process is only reachable through its own session's table, so one client cannot
+//! touch another's processes; once a session has ended no process can be added to it (the check
+//! and the spawn happen under the table's lock); ending a session terminates every process tree,
+//! including processes that have exited but whose descendants still hold output open.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::task::JoinSet;
+
+use crate::environment::Environment;
+use crate::outlet::Outlet;
+use crate::process::{Process, Spec, Started, CLOSED_RETENTION};
+use crate::protocol::RpcError;
+use crate::reaper::Reaper;
+
+/// A client session.
+pub struct Session {
+    id: String,
+    outlet: Arc<Outlet>,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    processes: HashMap<String, Arc<Process>>,
+    ended: bool,
+}
+
+impl Session {
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Where the session's notifications go.
+    pub fn outlet(&self) -> &Arc<Outlet> {
+        &self.outlet
+    }
+
+    /// The process `id` of this session.
+    pub fn process(&self, id: &str) -> Option<Arc<Process>> {
+        self.lock().processes.get(id).cloned()
+    }
+
+    /// Spawns `spec` and registers it, refusing duplicates, a full table, and ended sessions.
+    pub fn start(
+        &self,
+        spec: &Spec,
+        env: &Environment,
+        reaper: &Reaper,
+        max_processes: usize,
+    ) -> Result<(Arc<Process>, Started), RpcError> {
+        let mut table = self.lock();
+        if table.ended {
+            return Err(RpcError::invalid_request("session has ended"));
+        }
+        if table.processes.contains_key(&spec.process_id) {
+            return Err(RpcError::invalid_request(format!(
+                "process {} already exists",
+                spec.process_id
+            )));
+        }
+        if table.processes.len() >= max_processes {
+            // Make room by forgetting closed processes before their 60 s are up.
+            table.processes.retain(|_, p| !p.is_closed());
+            if table.processes.len() >= max_processes {
+                return Err(RpcError::invalid_request(format!(
+                    "session has {} unclosed processes, the limit (--max-processes {max_processes}); \
+                     terminate or wait for some before starting more",
+                    table.processes.len()
+                )));
+            }
+        }
+        let (process, started) = env.with_container(|container| match container {
+            Some(container) => Process::spawn(spec, container, reaper, self.outlet.clone()),
+            None => Err(RpcError::internal("the server is shutting down")),
+        })?;
+        table
+            .processes
+            .insert(spec.process_id.clone(), process.clone());
+        Ok((process, started))
+    }
+
+    /// Forgets `process` once it has been closed for [`CLOSED_RETENTION`].
+    pub fn forget_later(self: &Arc<Self>, process: Arc<Process>) {
+        let session = Arc::downgrade(self);
+        tokio::spawn(async move {
+            process.wait_closed().await;
+            tokio::time::sleep(CLOSED_RETENTION).await;
+            if let Some(session) = session.upgrade() {
+                let mut table = session.lock();
+                if table
+                    .processes
+                    .get(process.id())
+                    .is_some_and(|p| Arc::ptr_eq(p, &process))
+                {
+                    table.processes.remove(process.id());
+                }
+            }
+        });
+    }
+
+    /// Ends the session: no more starts, and every process tree is terminated and reaped.
+    pub async fn end(&self, reaper: &Reaper) {
+        let processes: Vec<Arc<Process>> = {
+            let mut table = self.lock();
+            table.ended = true;
+            table.processes.values().cloned().collect()
+        };
+        let mut tasks = JoinSet::new();
+        for process in processes {
+            let reaper = reaper.clone();
+            tasks.spawn(async move {
+                if let Err(e) = process.terminate(&reaper, true).await {
+                    tracing::error!("{}", e.message);
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Every session of the server.
+#[derive(Default)]
+pub struct Registry {
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl Registry {
+    /// Creates a session with a fresh id, unless `max_sessions` are open.
+    pub fn create(&self, id: String, max_sessions: usize) -> Result<Arc<Session>, RpcError> {
+        let mut sessions = self.lock();
+        if sessions.len() >= max_sessions {
+            return Err(RpcError::invalid_request(format!(
+                "the server has {max_sessions} sessions, its limit (--max-sessions); try again later"
+            )));
+        }
+        let session = Arc::new(Session {
+            id: id.clone(),
+            outlet: Arc::new(Outlet::default()),
+            table: Mutex::new(Table::default()),
+        });
+        sessions.insert(id, session.clone());
+        Ok(session)
+    }
+
+    /// The session `id`.
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.lock().get(id).cloned()
+    }
+
+    /// Removes `session` from the registry (it can no longer be resumed).
+    pub fn remove(&self, session: &Arc<Session>) {
+        let mut sessions = self.lock();
+        if sessions
+            .get(session.id())
+            .is_some_and(|s| Arc::ptr_eq(s, session))
+        {
+            sessions.remove(session.id());
+        }
+    }
+
+    /// Removes and returns every session (shutdown).
+    pub fn drain(&self) -> Vec<Arc<Session>> {
+        self.lock().drain().map(|(_, s)| s).collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,231 @@
+//! Validation of `process/start` (spec §5 "process/start").
+//!
+//! Owns: turning the request's params into a [`Spec`] or a -32602 error that names the field, and
+//! refusing every per-process restriction this server cannot enforce.
+//!
+//! Invariant: validation is complete before anything is spawned; a request that fails here has no
+//! side effect and emits no notification.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::envpolicy::{self, EnvPolicy, EXEC_ID_VAR};
+use crate::process::Spec;
+use crate::protocol::{self, Params, RpcError};
+use crate::uri::parse_file_uri;
+
+/// What validation needs from the environment.
+pub struct EnvContext<'a> {
+    /// The cleanroom base environment of the server.
+    pub base: &'a BTreeMap<String, String>,
+    /// `--allow-secret-env`.
+    pub allow_secret_env: bool,
+    /// The server's run id (every child carries it, so gc finds orphans of a killed server).
+    pub run_id: &'a str,
+}
+
+/// Why managed restrictions are refused for now.
+const NO_KERNEL_POLICY: &str =
+    "this server does not apply per-process kernel policies yet (cleanroom protect is pending)";
+
+/// Validates `params` into a [`Spec`].
+pub fn validate(params: &Value, ctx: &EnvContext<'_>) -> Result<Spec, RpcError> {
+    let p = Params::new(params)?;
+    let process_id = p.string("processId")?;
+    if process_id.is_empty() {
+        return Err(RpcError::invalid_params("processId must be a non-empty string"));
+    }
+    let argv = match p.get("argv") {
+        None => return Err(RpcError::invalid_params("argv is required (a non-empty array of strings)")),
+        Some(v) => protocol::strings(v, "argv")?,
+    };
+    if argv.is_empty() {
+        return Err(RpcError::invalid_params("argv must not be empty"));
+    }
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(RpcError::invalid_params("argv must not contain NUL bytes"));
+    }
+    let cwd_uri = p
+        .opt_string("cwd")
+        .map_err(|_| RpcError::invalid_params("process cwd must be a string (a file: URI)"))?
+        .ok_or_else(|| RpcError::invalid_params("process cwd is required (a file: URI)"))?;
+    let cwd = parse_file_uri(cwd_uri, "process cwd").map_err(RpcError::invalid_params)?;
+    if !cwd.is_dir() {
+        return Err(RpcError::invalid_params(format!(
+            "process cwd {cwd_uri:?} is not an existing directory"
+        )));
+    }
+    let arg0 = match p.get("arg0") {
+        None => None,
+        Some(Value::String(s)) if !s.contains('\0') => Some(s.clone()),
+        Some(_) => return Err(RpcError::invalid_params("arg0 must be a string or null")),
+    };
+    let tty = p.bool_or("tty", false)?;
+    let pipe_stdin = p.bool_or("pipeStdin", false)?;
+    let overlay = envpolicy::parse_overlay(&p)?;
+    let policy = EnvPolicy::parse(p.get("envPolicy"))?;
+    if p.get("networkProxy").is_some() {
+        return Err(RpcError::invalid_params(
+            "networkProxy cannot be enforced: network proxy launch is not supported by this server",
+        ));
+    }
+    if p.bool_or("enforceManagedNetwork", false)? || p.get("managedNetwork").is_some() {
+        return Err(RpcError::invalid_params(format!(
+            "managed network restrictions cannot be enforced: {NO_KERNEL_POLICY}"
+        )));
+    }
+    check_sandbox(p.get("sandbox"))?;
+    let exec_id = new_uuid()?;
+    let env = policy.apply(
+        ctx.base,
+        &overlay,
+        ctx.allow_secret_env,
+        &[
+            (EXEC_ID_VAR, &exec_id),
+            (cleanroom::env::RUN_ID_VAR, ctx.run_id),
+        ],
+    );
+    Ok(Spec {
+        process_id: process_id.to_string(),
+        argv,
+        arg0,
+        cwd,
+        env: env.into_iter().collect(),
+        exec_id,
+        tty,
+        pipe_stdin,
+    })
+}
+
+/// Accepts `disabled`/`external` permissions and managed ones that restrict nothing; refuses a
+/// restricted filesystem or network, which this server cannot enforce per process yet.
+fn check_sandbox(sandbox: Option<&Value>) -> Result<(), RpcError> {
+    let Some(sandbox) = sandbox else {
+        return Ok(());
+    };
+    let sandbox = Params::new(sandbox).map_err(|_| RpcError::invalid_params("sandbox must be an object"))?;
+    let Some(permissions) = sandbox.get("permissions") else {
+        return Ok(());
+    };
+    let permissions = Params::new(permissions)
+        .map_err(|_| RpcError::invalid_params("sandbox.permissions must be an object"))?;
+    let kind = permissions
+        .string("type")
+        .map_err(|_| RpcError::invalid_params("sandbox.permissions.type must be a string"))?;
+    match kind {
+        "disabled" | "external" => Ok(()),
+        "managed" => {
+            let file_system = permissions
+                .get("file_system")
+                .or_else(|| permissions.get("fileSystem"));
+            if let Some(fs) = file_system {
+                let fs_kind = fs.get("type").and_then(Value::as_str).ok_or_else(|| {
+                    RpcError::invalid_params("sandbox.permissions.file_system.type must be a string")
+                })?;
+                match fs_kind {
+                    "unrestricted" => {}
+                    "restricted" => {
+                        return Err(RpcError::invalid_params(format!(
+                            "filesystem sandbox restrictions cannot be enforced: {NO_KERNEL_POLICY}"
+                        )))
+                    }
+                    other => {
+                        return Err(RpcError::invalid_params(format!(
+                            "sandbox.permissions.file_system.type {other:?} is not restricted or unrestricted"
+                        )))
+                    }
+                }
+            }
+            match permissions.opt_string("network").map_err(|_| {
+                RpcError::invalid_params("sandbox.permissions.network must be a string")
+            })? {
+                None | Some("enabled") => Ok(()),
+                Some("restricted") => Err(RpcError::invalid_params(format!(
+                    "network restrictions cannot be enforced: {NO_KERNEL_POLICY}"
+                ))),
+                Some(other) => Err(RpcError::invalid_params(format!(
+                    "sandbox.permissions.network {other:?} is not restricted or enabled"
+                ))),
+            }
+        }
+        other => Err(RpcError::invalid_params(format!(
+            "sandbox.permissions.type {other:?} is not managed, disabled or external"
+        ))),
+    }
+}
+
+/// A random (version 4) UUID.
+pub fn new_uuid() -> Result<String, RpcError> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b)
+        .map_err(|e| RpcError::internal(format!("cannot read random bytes: {e}")))?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(params: Value) -> Result<Spec, RpcError> {
+        let base = BTreeMap::from([("PATH".to_string(), "/usr/bin".to_string())]);
+        validate(
+            &params,
+            &EnvContext {
+                base: &base,
+                allow_secret_env: false,
+                run_id: "r",
+            },
+        )
+    }
+
+    fn message(params: Value) -> String {
+        let err = check(params).unwrap_err();
+        assert_eq!(err.code, protocol::INVALID_PARAMS, "{}", err.message);
+        err.message
+    }
+
+    #[test]
+    fn a_good_start_gets_marks_in_its_environment() {
+        let spec = check(json!({"processId":"p","argv":["true"],"cwd":"file:///","env":{},"tty":false,"arg0":null})).unwrap();
+        let names: Vec<&str> = spec.env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["CLEANROOM_EXEC_ID", "CLEANROOM_RUN_ID", "PATH"]);
+        assert_eq!(spec.exec_id.len(), 36);
+    }
+
+    #[test]
+    fn every_refusal_names_its_field() {
+        let ok = json!({"processId":"p","argv":["true"],"cwd":"file:///"});
+        let with = |k: &str, v: Value| {
+            let mut o = ok.clone();
+            o[k] = v;
+            o
+        };
+        assert!(message(with("argv", json!([]))).contains("argv"));
+        assert!(message(with("argv", json!("true"))).contains("argv"));
+        assert!(message(with("processId", json!(5))).contains("processId"));
+        assert!(message(with("cwd", json!("/tmp"))).contains("process cwd"));
+        assert!(message(with("cwd", json!("file:///nonexistent-dir-x"))).contains("process cwd"));
+        assert!(message(with("tty", json!(1))).contains("tty"));
+        assert!(message(with("arg0", json!(3))).contains("arg0"));
+        assert!(message(with("networkProxy", json!({}))).contains("cannot be enforced"));
+        assert!(message(with("enforceManagedNetwork", json!(true))).contains("cannot be enforced"));
+        let fs = json!({"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[]},"network":"enabled"}});
+        assert!(message(with("sandbox", fs)).starts_with("filesystem sandbox restrictions cannot be enforced"));
+        let net = json!({"permissions":{"type":"managed","file_system":{"type":"unrestricted"},"network":"restricted"}});
+        assert!(message(with("sandbox", net)).starts_with("network restrictions cannot be enforced"));
+        let disabled = json!({"permissions":{"type":"disabled"}});
+        assert!(check(with("sandbox", disabled)).is_ok());
+    }
+}

@@ -1,0 +1,296 @@
+//! Transports (spec §1): WebSocket with a capability path, and newline-delimited stdio.
+//!
+//! Owns: accepting connections (bounded in number), the HTTP side (`GET /readyz`, the
+//! capability check with close 1008), frame size limits (close 1009 before parsing), pings, and
+//! each connection's writer, whose queue is bounded and whose sends time out when the client
+//! stops reading.
+//!
+//! Invariant: anything a client does ends at most its own connection: errors of one socket are
+//! logged and that socket is dropped; the listener keeps accepting.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::WebSocketStream;
+
+use crate::connection::Connection;
+use crate::outlet::Outbound;
+use crate::protocol::{self, RpcError};
+use crate::server::Shared;
+
+/// Messages queued per connection before senders wait.
+const QUEUE: usize = 256;
+/// Longest time for the HTTP upgrade.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Interval of server pings.
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// A send that makes no progress for this long ends the connection (a client that never reads).
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Accepts WebSocket clients on `listener` until `shutdown` turns true.
+pub async fn serve_websocket(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    capability: Arc<str>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(shared.max_connections));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => return,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!("connection refused: {} connections open", shared.max_connections);
+            continue;
+        };
+        let shared = shared.clone();
+        let capability = capability.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = handle_socket(tcp, shared, &capability, shutdown).await {
+                tracing::debug!("connection ended: {e}");
+            }
+            drop(slot);
+        });
+    }
+}
+
+async fn handle_socket(
+    mut tcp: TcpStream,
+    shared: Arc<Shared>,
+    capability: &str,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), WsError> {
+    let _ = tcp.set_nodelay(true);
+    let first_line = tokio::time::timeout(HANDSHAKE_TIMEOUT, peek_request_line(&tcp))
+        .await
+        .map_err(|_| WsError::Io(std::io::ErrorKind::TimedOut.into()))??;
+    if first_line.starts_with("GET /readyz ") || first_line.starts_with("GET /readyz?") {
+        tcp.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
+            .await?;
+        let _ = tcp.shutdown().await;
+        return Ok(());
+    }
+    let limit = shared.max_message_bytes;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(limit))
+        .max_frame_size(Some(limit));
+    let mut path = String::new();
+    let callback = |request: &Request, response: Response| {
+        path = request.uri().path().to_string();
+        Ok(response)
+    };
+    let ws = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(config)),
+    )
+    .await
+    .map_err(|_| WsError::Io(std::io::ErrorKind::TimedOut.into()))??;
+    if !constant_time_eq(path.as_bytes(), capability.as_bytes()) {
+        return refuse(ws).await;
+    }
+    run_websocket(ws, shared, shutdown).await;
+    Ok(())
+}
+
+/// Completes the upgrade's aftermath for a wrong path: close 1008 `unauthorized`.
+async fn refuse(mut ws: WebSocketStream<TcpStream>) -> Result<(), WsError> {
+    let frame = CloseFrame {
+        code: CloseCode::Policy,
+        reason: "unauthorized".into(),
+    };
+    ws.close(Some(frame)).await?;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    Ok(())
+}
+
+/// Reads (without consuming) the HTTP request line.
+async fn peek_request_line(tcp: &TcpStream) -> std::io::Result<String> {
+    let mut buf = [0u8; 1024];
+    loop {
+        tcp.readable().await?;
+        let n = tcp.peek(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if let Some(end) = buf[..n].iter().position(|&b| b == b'\n') {
+            return Ok(String::from_utf8_lossy(&buf[..end]).into_owned());
+        }
+        if n == buf.len() {
+            return Ok(String::from_utf8_lossy(&buf).into_owned());
+        }
+        // Part of a line has arrived; peek again shortly instead of spinning on readiness.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn run_websocket(
+    ws: WebSocketStream<TcpStream>,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (mut sink, mut stream) = ws.split();
+    let (queue, mut outbound) = mpsc::channel::<Outbound>(QUEUE);
+    let mut writer = tokio::spawn(async move {
+        let mut ping = tokio::time::interval_at(
+            tokio::time::Instant::now() + PING_INTERVAL,
+            PING_INTERVAL,
+        );
+        loop {
+            let message = tokio::select! {
+                message = outbound.recv() => match message {
+                    Some(Outbound::Text(text)) => Message::text(text),
+                    Some(Outbound::Close(code, reason)) => {
+                        let frame = CloseFrame { code: CloseCode::from(code), reason: reason.into() };
+                        let _ = tokio::time::timeout(Duration::from_secs(2), sink.send(Message::Close(Some(frame)))).await;
+                        return;
+                    }
+                    None => return,
+                },
+                _ = ping.tick() => Message::Ping(Vec::new().into()),
+            };
+            match tokio::time::timeout(STALL_TIMEOUT, sink.send(message)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!("send failed: {e}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!("client stopped reading for {STALL_TIMEOUT:?}; closing its connection");
+                    return;
+                }
+            }
+        }
+    });
+    let connection = Connection::new(shared, queue.clone());
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            frame = stream.next() => match frame {
+                Some(Ok(Message::Text(text))) => connection.handle(text.as_bytes()).await,
+                Some(Ok(Message::Binary(bytes))) => connection.handle(&bytes).await,
+                Some(Ok(Message::Close(_))) | None => break,
+                Some(Ok(_)) => {}
+                Some(Err(WsError::Capacity(e))) => {
+                    tracing::info!("closing a connection with 1009: {e}");
+                    let _ = queue.try_send(Outbound::Close(1009, "message too big"));
+                    closing = true;
+                    break;
+                }
+                Some(Err(e)) => {
+                    tracing::debug!("read failed: {e}");
+                    break;
+                }
+            },
+            _ = &mut writer => break,
+            _ = shutdown.changed() => {
+                let _ = queue.try_send(Outbound::Close(1001, "shutdown"));
+                closing = true;
+                break;
+            }
+        }
+    }
+    connection.close().await;
+    if closing {
+        let _ = tokio::time::timeout(Duration::from_secs(3), &mut writer).await;
+    }
+    writer.abort();
+}
+
+/// Serves one client on stdin/stdout; returns at EOF (after the session has been handled as a
+/// lost connection) or when `shutdown` turns true.
+pub async fn serve_stdio(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let (queue, mut outbound) = mpsc::channel::<Outbound>(QUEUE);
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(message) = outbound.recv().await {
+            let Outbound::Text(text) = message else {
+                return;
+            };
+            if stdout.write_all(text.as_bytes()).await.is_err()
+                || stdout.write_all(b"\n").await.is_err()
+                || stdout.flush().await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    let limit = shared.max_message_bytes;
+    let connection = Connection::new(shared, queue.clone());
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let mut line = Vec::new();
+    let mut oversized = false;
+    loop {
+        let buffered = tokio::select! {
+            buffered = stdin.fill_buf() => match buffered {
+                Ok(b) if b.is_empty() => break,
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!("reading stdin: {e}");
+                    break;
+                }
+            },
+            _ = shutdown.changed() => break,
+        };
+        let (part, complete) = match buffered.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buffered[..i], Some(i + 1)),
+            None => (buffered, None),
+        };
+        if !oversized {
+            if line.len() + part.len() > limit {
+                oversized = true;
+                line = Vec::new();
+            } else {
+                line.extend_from_slice(part);
+            }
+        }
+        let used = complete.unwrap_or(buffered.len());
+        stdin.consume(used);
+        if complete.is_some() {
+            if oversized {
+                let error = RpcError::invalid_request(format!(
+                    "message larger than {limit} bytes (--max-message-bytes)"
+                ));
+                let _ = queue
+                    .send(Outbound::Text(protocol::error_response(None, &error)))
+                    .await;
+            } else if !line.iter().all(u8::is_ascii_whitespace) {
+                connection.handle(&line).await;
+            }
+            line.clear();
+            oversized = false;
+        }
+    }
+    connection.close().await;
+    drop(queue);
+    drop(connection);
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+}
