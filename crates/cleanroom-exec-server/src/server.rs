@@ -164,13 +164,15 @@ async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) ->
         }
         Listen::Stdio => tokio::spawn(transport::serve_stdio(shared.clone(), stopped)),
     };
-    tokio::select! {
-        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
-        _ = &mut clients => tracing::info!("input closed: shutting down"),
-    }
+    let clients_done = tokio::select! {
+        _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); false }
+        _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); false }
+        _ = &mut clients => { tracing::info!("input closed: shutting down"); true }
+    };
     let _ = stop.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(2), clients).await;
+    if !clients_done {
+        let _ = tokio::time::timeout(Duration::from_secs(2), clients).await;
+    }
     Ok(())
 }
 

@@ -1,0 +1,947 @@
+//! `cleanroom serve` driven as a user would: the real binary, a real WebSocket, a Rust client.
+//!
+//! Every test owns a private state dir, reads the URL from the first stdout line, and ends by
+//! stopping the server with SIGTERM and checking that it exited 0, that no root is left, and that
+//! no process of the server survived (by pid, by the server's run id in `/proc/*/environ`, and by
+//! a unique marker in `/proc/*/cmdline`).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A running `cleanroom serve`.
+struct Server {
+    child: Child,
+    url: String,
+    state: tempfile::TempDir,
+    marker: String,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        Server::start_with_env(args, &[])
+    }
+
+    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let base = Path::new("/dev/shm");
+        let state = if base.is_dir() {
+            tempfile::tempdir_in(base).unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cleanroom"));
+        command
+            .arg("--state-dir")
+            .arg(state.path().join("ns"))
+            .arg("serve")
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = command.spawn().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut url = String::new();
+        stdout.read_line(&mut url).unwrap();
+        let url = url.trim().to_string();
+        assert!(url.starts_with("ws://127.0.0.1:"), "first stdout line: {url:?}");
+        let mut rest = String::new();
+        std::thread::spawn(move || {
+            let _ = stdout.read_to_string(&mut rest);
+            assert!(rest.is_empty(), "serve wrote more to stdout: {rest:?}");
+        });
+        let marker = format!("crmark{}x{}", std::process::id(), random_u64());
+        Server {
+            child,
+            url,
+            state,
+            marker,
+        }
+    }
+
+    fn addr(&self) -> String {
+        self.url
+            .trim_start_matches("ws://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string()
+    }
+
+    fn ns(&self) -> PathBuf {
+        self.state.path().join("ns")
+    }
+
+    async fn client(&self) -> Client {
+        let mut client = Client::connect(&self.url).await;
+        client.initialize().await;
+        client
+    }
+
+    /// SIGTERM, exit 0, no root left, nothing of the server alive.
+    fn stop(mut self, run_id: &str) {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on the pid of our own child, which has not been waited for.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let status = wait_timeout(&mut self.child, Duration::from_secs(20)).expect("server exits");
+        assert_eq!(status.code(), Some(0), "server exit status");
+        let left: Vec<String> = std::fs::read_dir(self.ns())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("run-"))
+            .collect();
+        assert!(left.is_empty(), "roots left behind: {left:?}");
+        assert_no_survivors(run_id, &self.marker);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut bytes)
+        .unwrap();
+    u64::from_le_bytes(bytes)
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is dead for our purposes: it runs nothing and holds nothing.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+        Err(_) => false,
+    }
+}
+
+fn wait_dead(pids: &[i32], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "still alive: {:?}",
+            pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// No living process carries the server's run id in its environment or `marker` in its argv.
+fn assert_no_survivors(run_id: &str, marker: &str) {
+    let needle = format!("CLEANROOM_RUN_ID={run_id}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let has_id = environ.split(|&b| b == 0).any(|e| e == needle.as_bytes());
+            let has_marker = String::from_utf8_lossy(&cmdline).contains(marker);
+            if (has_id || has_marker) && alive(pid) {
+                found.push(pid);
+            }
+        }
+        if found.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "survivors: {found:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A JSON-RPC client over one WebSocket.
+struct Client {
+    ws: Ws,
+    next_id: i64,
+    notifications: Vec<Value>,
+    run_id: String,
+    session: String,
+}
+
+impl Client {
+    async fn connect(url: &str) -> Client {
+        let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        Client {
+            ws,
+            next_id: 0,
+            notifications: Vec::new(),
+            run_id: String::new(),
+            session: String::new(),
+        }
+    }
+
+    async fn initialize(&mut self) {
+        self.initialize_with(json!({"clientName": "test"})).await.unwrap();
+    }
+
+    async fn initialize_with(&mut self, params: Value) -> Result<(), (i64, String)> {
+        let result = self.call("initialize", params).await?;
+        let info = &result["environmentInfo"];
+        self.run_id = info["cleanroom"]["runId"].as_str().unwrap().to_string();
+        self.session = result["sessionId"].as_str().unwrap().to_string();
+        Ok(())
+    }
+
+    async fn send_text(&mut self, text: String) {
+        self.ws.send(Message::text(text)).await.unwrap();
+    }
+
+    async fn recv(&mut self) -> Value {
+        loop {
+            let frame = tokio::time::timeout(TIMEOUT, self.ws.next())
+                .await
+                .expect("a message within the timeout")
+                .expect("the socket stays open")
+                .unwrap();
+            match frame {
+                Message::Text(text) => {
+                    let value: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!(value["jsonrpc"], "2.0", "{value}");
+                    return value;
+                }
+                Message::Binary(_) => panic!("the server sends text frames"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Waits for the response to `id`, keeping notifications that arrive meanwhile.
+    async fn response(&mut self, id: &Value) -> Value {
+        loop {
+            let message = self.recv().await;
+            if message.get("method").is_some() {
+                self.notifications.push(message);
+            } else if &message["id"] == id {
+                return message;
+            } else {
+                panic!("unexpected message {message}");
+            }
+        }
+    }
+
+    async fn call(&mut self, method: &str, params: Value) -> Result<Value, (i64, String)> {
+        self.next_id += 1;
+        let id = json!(self.next_id);
+        let request = json!({"id": id, "method": method, "params": params});
+        self.send_text(request.to_string()).await;
+        let response = self.response(&id).await;
+        match response.get("error") {
+            Some(error) => Err((
+                error["code"].as_i64().unwrap(),
+                error["message"].as_str().unwrap().to_string(),
+            )),
+            None => Ok(response["result"].clone()),
+        }
+    }
+
+    async fn error(&mut self, method: &str, params: Value) -> (i64, String) {
+        self.call(method, params).await.expect_err("an error response")
+    }
+
+    async fn start(&mut self, id: &str, argv: &[&str], extra: Value) -> Value {
+        let mut params = json!({
+            "processId": id, "argv": argv, "cwd": "file:///", "env": {}, "tty": false, "arg0": null,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        self.call("process/start", params).await.unwrap()
+    }
+
+    async fn notification(&mut self) -> Value {
+        if !self.notifications.is_empty() {
+            return self.notifications.remove(0);
+        }
+        let message = self.recv().await;
+        assert!(message.get("method").is_some(), "expected a notification: {message}");
+        message
+    }
+
+    /// Every notification of `process_id` up to and including `process/closed`.
+    async fn until_closed(&mut self, process_id: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        loop {
+            let n = self.notification().await;
+            if n["params"]["processId"] != process_id {
+                continue;
+            }
+            let done = n["method"] == "process/closed";
+            out.push(n);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    /// Output of `process_id` until `needle` appears in it.
+    async fn output_until(&mut self, process_id: &str, needle: &str) -> String {
+        let mut text = String::new();
+        while !text.contains(needle) {
+            let n = self.notification().await;
+            if n["params"]["processId"] == process_id && n["method"] == "process/output" {
+                text.push_str(&decode(&n["params"]["chunk"]));
+            }
+        }
+        text
+    }
+}
+
+fn decode(chunk: &Value) -> String {
+    String::from_utf8_lossy(&BASE64.decode(chunk.as_str().unwrap()).unwrap()).into_owned()
+}
+
+fn output_of(notifications: &[Value]) -> String {
+    notifications
+        .iter()
+        .filter(|n| n["method"] == "process/output")
+        .map(|n| decode(&n["params"]["chunk"]))
+        .collect()
+}
+
+fn pids_in(text: &str) -> Vec<i32> {
+    text.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|t| t.parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn prints_only_the_url_and_reports_an_environment_inside_its_root() {
+    let server = Server::start(&["--cwd", "/"]);
+    let cap = server.url.rsplit('/').next().unwrap().to_string();
+    let hex = cap.strip_prefix("cleanroom-").unwrap();
+    assert!(hex.len() >= 32 && hex.chars().all(|c| c.is_ascii_hexdigit()), "{cap}");
+
+    let mut tcp = std::net::TcpStream::connect(server.addr()).unwrap();
+    tcp.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let mut client = server.client().await;
+    let info = client.call("environment/info", json!({})).await.unwrap();
+    let ns = format!("file://{}/run-", server.ns().display());
+    assert!(info["userHomeDir"].as_str().unwrap().starts_with(&ns), "{info}");
+    assert!(info["tempDir"].as_str().unwrap().starts_with(&ns), "{info}");
+    assert_eq!(info["cwd"], "file:///");
+    assert_eq!(info["capabilities"]["networkProxyLaunch"], false);
+    assert!(info["shell"]["path"].is_string());
+    assert_eq!(
+        client.call("environment/status", json!({})).await.unwrap(),
+        json!({"status": "ready"})
+    );
+    let roots: Vec<_> = std::fs::read_dir(server.ns()).unwrap().flatten().collect();
+    assert_eq!(roots.len(), 1, "one root while serving");
+    let run_id = client.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn a_wrong_capability_path_is_closed_with_1008() {
+    let server = Server::start(&[]);
+    let wrong = format!("ws://{}/cleanroom-00000000000000000000000000000000", server.addr());
+    let (mut ws, _) = tokio_tungstenite::connect_async(&wrong).await.unwrap();
+    let frame = tokio::time::timeout(TIMEOUT, ws.next()).await.unwrap().unwrap().unwrap();
+    let Message::Close(Some(close)) = frame else {
+        panic!("expected a close frame, got {frame:?}");
+    };
+    assert_eq!(u16::from(close.code), 1008);
+    assert_eq!(close.reason.as_str(), "unauthorized");
+    let run_id = server.client().await.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn an_oversized_frame_is_closed_with_1009_and_others_keep_being_served() {
+    let server = Server::start(&["--max-message-bytes", "4096"]);
+    let mut big = server.client().await;
+    let mut other = server.client().await;
+    let huge = json!({"id": 1, "method": "environment/status", "params": {"pad": "x".repeat(10_000)}});
+    big.send_text(huge.to_string()).await;
+    let frame = loop {
+        match tokio::time::timeout(TIMEOUT, big.ws.next()).await.unwrap() {
+            Some(Ok(Message::Close(close))) => break close,
+            Some(Ok(_)) => continue,
+            other => panic!("expected close 1009, got {other:?}"),
+        }
+    };
+    assert_eq!(u16::from(frame.unwrap().code), 1009);
+    assert_eq!(
+        other.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
+    let run_id = other.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn garbage_wrong_types_and_unknown_methods_get_the_spec_errors() {
+    let server = Server::start(&[]);
+    let mut c = Client::connect(&server.url).await;
+    c.send_text("{not json".into()).await;
+    let r = c.recv().await;
+    assert_eq!((r["id"].clone(), r["error"]["code"].as_i64()), (Value::Null, Some(-32700)));
+    c.send_text("[1,2,3]".into()).await;
+    let r = c.recv().await;
+    assert_eq!((r["id"].clone(), r["error"]["code"].as_i64()), (Value::Null, Some(-32600)));
+    c.ws.send(Message::binary(vec![0xff, 0x00, 0x12])).await.unwrap();
+    assert_eq!(c.recv().await["error"]["code"], -32700);
+
+    let (code, message) = c.error("environment/status", json!({})).await;
+    assert_eq!((code, message.as_str()), (-32600, "client must call initialize first"));
+    c.initialize().await;
+    let (code, message) = c.error("fs/readFile", json!({"path": "file:///etc/hostname"})).await;
+    assert_eq!(code, -32601);
+    assert_eq!(message, "Unsupported cleanroom exec-server method: fs/readFile");
+    assert_eq!(c.error("no/such", json!({})).await.0, -32601);
+    assert_eq!(c.error("initialize", json!({})).await.0, -32600);
+
+    let start = |extra: Value| {
+        let mut p = json!({"processId": "p", "argv": ["true"], "cwd": "file:///", "env": {}, "tty": false, "arg0": null});
+        for (k, v) in extra.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        p
+    };
+    for (bad, field) in [
+        (json!({"argv": []}), "argv"),
+        (json!({"argv": "true"}), "argv"),
+        (json!({"argv": [1]}), "argv"),
+        (json!({"processId": 7}), "processId"),
+        (json!({"tty": "yes"}), "tty"),
+        (json!({"env": {"A": 1}}), "env"),
+        (json!({"cwd": "/tmp"}), "process cwd"),
+        (json!({"cwd": "file://remote/tmp"}), "process cwd"),
+        (json!({"cwd": "file:///C:/x"}), "process cwd"),
+        (json!({"cwd": "file:///tmp/%00"}), "process cwd"),
+        (json!({"arg0": 5}), "arg0"),
+        (json!({"networkProxy": {}}), "cannot be enforced"),
+        (json!({"managedNetwork": {"loopbackPorts": [], "allowLocalBinding": false}}), "cannot be enforced"),
+        (
+            json!({"sandbox": {"permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": []}, "network": "enabled"}}}),
+            "filesystem sandbox restrictions cannot be enforced",
+        ),
+        (
+            json!({"sandbox": {"permissions": {"type": "managed", "file_system": {"type": "unrestricted"}, "network": "restricted"}}}),
+            "network restrictions cannot be enforced",
+        ),
+    ] {
+        let (code, message) = c.error("process/start", start(bad.clone())).await;
+        assert_eq!(code, -32602, "{bad}: {message}");
+        assert!(message.contains(field), "{bad}: {message}");
+    }
+    assert!(c.notifications.is_empty(), "a failed start emits nothing");
+    c.call("process/start", start(json!({"argv": ["sleep", "5"]}))).await.unwrap();
+    assert_eq!(c.error("process/start", start(json!({}))).await.0, -32600);
+    let (code, message) = c.error("process/read", json!({"processId": "nope"})).await;
+    assert_eq!((code, message.as_str()), (-32600, "unknown process id nope"));
+    assert_eq!(c.error("process/signal", json!({"processId": "p", "signal": "kill"})).await.0, -32602);
+    assert_eq!(c.error("process/read", json!({"processId": "p", "afterSeq": "x"})).await.0, -32602);
+    assert_eq!(c.error("process/write", json!({"processId": "p", "chunk": "!!"})).await.0, -32602);
+    assert_eq!(
+        c.call("process/status", json!({})).await.unwrap_err().0,
+        -32601
+    );
+    assert_eq!(c.call("environment/status", json!({})).await.unwrap()["status"], "ready");
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn output_exit_and_close_arrive_in_seq_order_after_the_start_result() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let result = c
+        .start("p1", &["sh", "-c", "printf out; printf err >&2; exit 3"], json!({}))
+        .await;
+    assert_eq!(result, json!({"processId": "p1", "sandboxType": "none"}));
+    assert!(c.notifications.is_empty(), "the start result precedes notifications");
+    let events = c.until_closed("p1").await;
+    let seqs: Vec<u64> = events.iter().map(|n| n["params"]["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>(), "{events:?}");
+    let methods: Vec<&str> = events.iter().map(|n| n["method"].as_str().unwrap()).collect();
+    assert_eq!(&methods[methods.len() - 2..], ["process/exited", "process/closed"]);
+    let exited = &events[events.len() - 2]["params"];
+    assert_eq!(exited["exitCode"], 3);
+    assert_eq!(exited["sandboxDenied"], false);
+    let mut by_stream = BTreeMap::new();
+    for n in events.iter().filter(|n| n["method"] == "process/output") {
+        by_stream
+            .entry(n["params"]["stream"].as_str().unwrap().to_string())
+            .or_insert_with(String::new)
+            .push_str(&decode(&n["params"]["chunk"]));
+    }
+    assert_eq!(by_stream["stdout"], "out");
+    assert_eq!(by_stream["stderr"], "err");
+
+    c.start("p2", &["sh", "-c", "kill -9 $$"], json!({})).await;
+    let events = c.until_closed("p2").await;
+    assert_eq!(events[events.len() - 2]["params"]["exitCode"], 137);
+    let read = c.call("process/read", json!({"processId": "p2"})).await.unwrap();
+    assert_eq!(read["exited"], true);
+    assert_eq!(read["closed"], true);
+    assert_eq!(read["exitCode"], 137);
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn late_output_after_exit_is_delivered_and_closed_waits_for_the_descendant() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let script = format!("(sleep 0.6; echo late; : {}) & echo early", server.marker);
+    c.start("p", &["sh", "-c", &script], json!({})).await;
+    let mut exited_at = None;
+    let mut events = Vec::new();
+    loop {
+        let n = c.notification().await;
+        if n["method"] == "process/exited" {
+            exited_at = Some(Instant::now());
+        }
+        let done = n["method"] == "process/closed";
+        events.push(n);
+        if done {
+            break;
+        }
+    }
+    let closed_after = exited_at.expect("exited before closed").elapsed();
+    let methods: Vec<&str> = events.iter().map(|n| n["method"].as_str().unwrap()).collect();
+    let exit_index = methods.iter().position(|m| *m == "process/exited").unwrap();
+    assert!(
+        output_of(&events[exit_index..]).contains("late"),
+        "late output comes after exited: {events:?}"
+    );
+    assert!(output_of(&events[..exit_index]).contains("early"));
+    assert!(closed_after >= Duration::from_millis(300), "closed waited for the pipe: {closed_after:?}");
+    let read = c.call("process/read", json!({"processId": "p"})).await.unwrap();
+    assert_eq!(output_of_read(&read), "early\nlate\n");
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+fn output_of_read(read: &Value) -> String {
+    read["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| decode(&c["chunk"]))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_pty_process_has_a_terminal_and_ctrl_c_interrupts_it() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let script = format!(
+        "trap 'exit 42' INT; tty; stty size; echo ready; while :; do sleep 0.05; done; : {}",
+        server.marker
+    );
+    c.start("t", &["sh", "-c", &script], json!({"tty": true})).await;
+    let text = c.output_until("t", "ready").await;
+    assert!(text.contains("/dev/pts/"), "{text}");
+    assert!(text.contains("24 80"), "{text}");
+    let write = c
+        .call("process/write", json!({"processId": "t", "chunk": BASE64.encode("\u{3}"), "writeId": "w1"}))
+        .await
+        .unwrap();
+    assert_eq!(write["status"], "accepted");
+    let events = c.until_closed("t").await;
+    let exited = events.iter().find(|n| n["method"] == "process/exited").unwrap();
+    assert_eq!(exited["params"]["exitCode"], 42);
+    assert!(events.iter().filter(|n| n["method"] == "process/output").all(|n| n["params"]["stream"] == "pty"));
+
+    c.start("i", &["sh", "-c", "trap 'exit 7' INT; echo ready; while :; do sleep 0.05; done"], json!({})).await;
+    c.output_until("i", "ready").await;
+    assert_eq!(c.call("process/signal", json!({"processId": "i", "signal": "interrupt"})).await.unwrap(), json!({}));
+    let events = c.until_closed("i").await;
+    assert_eq!(events[events.len() - 2]["params"]["exitCode"], 7);
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn stdin_reaches_the_process_and_a_repeated_write_id_is_written_once() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    c.start("s", &["sh", "-c", "read line; echo got:$line"], json!({"pipeStdin": true})).await;
+    for (chunk, id) in [("ab", "w1"), ("ab", "w1"), ("c\n", "w2")] {
+        let r = c
+            .call("process/write", json!({"processId": "s", "chunk": BASE64.encode(chunk), "writeId": id}))
+            .await
+            .unwrap();
+        assert_eq!(r["status"], "accepted");
+    }
+    let events = c.until_closed("s").await;
+    assert_eq!(output_of(&events), "got:abc\n");
+
+    c.start("n", &["sleep", "5"], json!({})).await;
+    let r = c.call("process/write", json!({"processId": "n", "chunk": "eA=="})).await.unwrap();
+    assert_eq!(r["status"], "stdinClosed");
+    let r = c.call("process/write", json!({"processId": "zz", "chunk": "eA=="})).await.unwrap();
+    assert_eq!(r["status"], "unknownProcess");
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn read_cursors_are_byte_limited_and_long_polls_wait_for_events() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    c.start(
+        "r",
+        &["sh", "-c", "printf aaaa; sleep 0.1; printf bbbb; sleep 0.1; printf cccc"],
+        json!({}),
+    )
+    .await;
+    c.until_closed("r").await;
+    let mut cursor = 0u64;
+    let mut text = String::new();
+    let mut reads = 0;
+    loop {
+        let r = c
+            .call("process/read", json!({"processId": "r", "afterSeq": cursor, "maxBytes": 1}))
+            .await
+            .unwrap();
+        let chunks = r["chunks"].as_array().unwrap();
+        if chunks.is_empty() {
+            assert_eq!(r["closed"], true);
+            break;
+        }
+        assert_eq!(chunks.len(), 1, "maxBytes returns at least one chunk and stops: {r}");
+        assert_eq!(r["nextSeq"].as_u64().unwrap(), chunks[0]["seq"].as_u64().unwrap() + 1);
+        text.push_str(&output_of_read(&r));
+        cursor = r["nextSeq"].as_u64().unwrap() - 1;
+        reads += 1;
+    }
+    assert_eq!(text, "aaaabbbbcccc");
+    assert!(reads >= 2, "several chunks were read one by one");
+    let all = c.call("process/read", json!({"processId": "r"})).await.unwrap();
+    let last = all["chunks"].as_array().unwrap().last().unwrap()["seq"].as_u64().unwrap();
+    assert_eq!(all["nextSeq"].as_u64().unwrap(), last + 1);
+    let tail = c
+        .call("process/read", json!({"processId": "r", "afterSeq": last + 2, "waitMs": 5000}))
+        .await
+        .unwrap();
+    assert_eq!(tail["chunks"], json!([]));
+    assert_eq!(tail["nextSeq"].as_u64().unwrap(), last + 3, "next seq counts exited and closed");
+
+    c.start("w", &["sh", "-c", "sleep 0.3; echo x"], json!({})).await;
+    let started = Instant::now();
+    let r = c
+        .call("process/read", json!({"processId": "w", "afterSeq": 0, "waitMs": 10000}))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(output_of_read(&r), "x\n");
+    assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(5), "{waited:?}");
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn interrupt_and_terminate_after_exit_are_no_ops() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    c.start("t", &["true"], json!({})).await;
+    let events = c.until_closed("t").await;
+    assert_eq!(events.len(), 2, "exactly one exited and one closed: {events:?}");
+    let r = c.call("process/signal", json!({"processId": "t", "signal": "interrupt"})).await.unwrap();
+    assert_eq!(r, json!({}));
+    let r = c.call("process/terminate", json!({"processId": "t"})).await.unwrap();
+    assert_eq!(r, json!({"running": false}));
+    let r = c.call("process/terminate", json!({"processId": "unknown"})).await.unwrap();
+    assert_eq!(r, json!({"running": false}));
+    let r = c.call("process/signal", json!({"processId": "unknown", "signal": "interrupt"})).await.unwrap();
+    assert_eq!(r, json!({}));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(c.notifications.is_empty(), "no further notifications: {:?}", c.notifications);
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Starts a TERM-ignoring shell with a TERM-ignoring setsid child; returns both pids.
+async fn start_resistant_tree(c: &mut Client, id: &str, marker: &str) -> Vec<i32> {
+    let script = format!(
+        "trap '' TERM; setsid sh -c \"trap '' TERM; while :; do sleep 0.1; done; : {marker}\" & echo pids $$ $!; while :; do sleep 0.1; done; : {marker}"
+    );
+    c.start(id, &["sh", "-c", &script], json!({})).await;
+    let text = c.output_until(id, "\n").await;
+    let pids = pids_in(&text);
+    assert_eq!(pids.len(), 2, "{text}");
+    assert!(pids.iter().all(|&p| alive(p)));
+    pids
+}
+
+#[tokio::test]
+async fn terminate_kills_a_term_resistant_tree_and_replies_after_reaping() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let pids = start_resistant_tree(&mut c, "k", &server.marker).await;
+    let started = Instant::now();
+    let (a, b) = tokio::join!(
+        async {
+            let mut other = Client::connect(&server.url).await;
+            other.initialize().await;
+            // Another session cannot reach this process.
+            other.call("process/terminate", json!({"processId": "k"})).await.unwrap()
+        },
+        c.call("process/terminate", json!({"processId": "k"}))
+    );
+    assert_eq!(a, json!({"running": false}));
+    assert_eq!(b.unwrap(), json!({"running": true}));
+    assert!(started.elapsed() >= Duration::from_millis(900), "TERM, 1 s grace, then KILL");
+    assert!(pids.iter().all(|&p| !alive(p)), "replied after the tree was reaped");
+    let events = c.until_closed("k").await;
+    assert_eq!(events[events.len() - 2]["params"]["exitCode"], 137);
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn socket_loss_reaps_a_term_resistant_group_and_its_setsid_child() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let pids = start_resistant_tree(&mut c, "g", &server.marker).await;
+    let run_id = c.run_id.clone();
+    drop(c);
+    wait_dead(&pids, Duration::from_secs(10));
+    let mut again = server.client().await;
+    assert_eq!(again.call("environment/status", json!({})).await.unwrap()["status"], "ready");
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn sigterm_reaps_every_session_and_removes_the_root() {
+    let server = Server::start(&[]);
+    let mut a = server.client().await;
+    let mut b = server.client().await;
+    let mut pids = start_resistant_tree(&mut a, "a", &server.marker).await;
+    pids.extend(start_resistant_tree(&mut b, "b", &server.marker).await);
+    let run_id = a.run_id.clone();
+    let started = Instant::now();
+    server.stop(&run_id);
+    assert!(pids.iter().all(|&p| !alive(p)));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn host_secrets_in_the_server_environment_never_reach_a_child() {
+    let server = Server::start_with_env(
+        &[],
+        &[
+            ("OPENAI_API_KEY", "sk-hostsecret-1"),
+            ("GITHUB_TOKEN", "ghp-hostsecret-2"),
+            ("DB_PASSWORD", "hostsecret-3"),
+            ("SOME_PLAIN", "plain-value"),
+        ],
+    );
+    let mut c = server.client().await;
+    for (id, policy) in [
+        ("default", Value::Null),
+        ("all", json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [], "set": {}, "includeOnly": []})),
+    ] {
+        c.start(
+            id,
+            &["env"],
+            json!({
+                "envPolicy": policy,
+                "env": {"CLIENT_API_KEY": "clientsecret-4", "CLIENT_VISIBLE": "yes"},
+            }),
+        )
+        .await;
+        let env = output_of(&c.until_closed(id).await);
+        assert!(!env.contains("hostsecret"), "{id}: {env}");
+        assert!(!env.contains("clientsecret"), "{id}: {env}");
+        assert!(env.contains("CLIENT_VISIBLE=yes"), "{id}: {env}");
+        assert!(env.contains("SOME_PLAIN=plain-value"), "{id}: {env}");
+        assert!(env.contains("CLEANROOM_EXEC_ID="), "{id}: {env}");
+        let home = format!("HOME={}/run-", server.ns().display());
+        assert!(env.contains(&home), "{id}: {env}");
+    }
+    c.start(
+        "none",
+        &["/usr/bin/env"],
+        json!({"envPolicy": {"inherit": "none", "ignoreDefaultExcludes": false, "exclude": [], "set": {"ONLY": "1"}, "includeOnly": []}}),
+    )
+    .await;
+    let env = output_of(&c.until_closed("none").await);
+    assert!(!env.contains("SOME_PLAIN"), "{env}");
+    assert!(env.contains("ONLY=1"), "{env}");
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn a_session_resumes_within_its_ttl_and_is_reaped_after_it() {
+    let server = Server::start(&["--session-ttl", "1500ms"]);
+    let mut c = server.client().await;
+    let session = c.session.clone();
+    let run_id = c.run_id.clone();
+    let script = format!("sleep 0.3; echo buffered; sleep 30; : {}", server.marker);
+    c.start("p", &["sh", "-c", &script], json!({})).await;
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut resumed = Client::connect(&server.url).await;
+    resumed
+        .initialize_with(json!({"resumeSessionId": session}))
+        .await
+        .unwrap();
+    assert_eq!(resumed.session, session);
+    let r = resumed
+        .call("process/read", json!({"processId": "p", "waitMs": 2000}))
+        .await
+        .unwrap();
+    assert_eq!(output_of_read(&r), "buffered\n", "output kept while detached");
+    let mut thief = Client::connect(&server.url).await;
+    let (code, _) = thief.error("initialize", json!({"resumeSessionId": session})).await;
+    assert_eq!(code, -32010);
+    drop(resumed);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut late = Client::connect(&server.url).await;
+    let (code, _) = late.error("initialize", json!({"resumeSessionId": session})).await;
+    assert_eq!(code, -32600, "an expired session is gone");
+    assert_no_survivors(&run_id, &server.marker);
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn session_and_process_limits_are_clear_errors() {
+    let server = Server::start(&["--max-sessions", "1", "--max-processes", "2"]);
+    let mut c = server.client().await;
+    let mut second = Client::connect(&server.url).await;
+    let (code, message) = second.error("initialize", json!({})).await;
+    assert_eq!(code, -32600);
+    assert!(message.contains("--max-sessions"), "{message}");
+    c.start("a", &["sleep", "30"], json!({})).await;
+    c.start("b", &["true"], json!({})).await;
+    c.until_closed("b").await;
+    c.start("c", &["sleep", "30"], json!({})).await;
+    let (code, message) = c
+        .error("process/start", json!({"processId": "d", "argv": ["true"], "cwd": "file:///"}))
+        .await;
+    assert_eq!(code, -32600);
+    assert!(message.contains("--max-processes"), "{message}");
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn the_server_survives_floods_stalled_readers_and_thousands_of_connections() {
+    let server = Server::start(&[]);
+    // A client that starts a flood of output and never reads.
+    let mut stalled = server.client().await;
+    let flood = format!("head -c 200000000 /dev/zero; : {}", server.marker);
+    stalled.start("flood", &["sh", "-c", &flood], json!({})).await;
+    // Thousands of connections: raw junk, half-open, wrong paths.
+    let addr = server.addr();
+    let mut sockets = Vec::new();
+    for i in 0..1500 {
+        let mut tcp = TcpStream::connect(&addr).await.unwrap();
+        if i % 3 == 0 {
+            use tokio::io::AsyncWriteExt;
+            let _ = tcp.write_all(b"\x00\xffgarbage\r\n\r\n").await;
+        }
+        sockets.push(tcp);
+    }
+    // Garbage frames on an upgraded socket.
+    let mut junk = server.client().await;
+    for text in ["", "null", "{\"id\":{}}", "{\"method\":5,\"id\":1}", "\"str\""] {
+        junk.send_text(text.into()).await;
+        let r = junk.recv().await;
+        assert!(r["error"]["code"].is_i64(), "{text}: {r}");
+    }
+    junk.send_text(json!({"method": "surprise/notification"}).to_string()).await;
+    // Everyone else is still served, promptly.
+    let started = Instant::now();
+    let mut fresh = server.client().await;
+    fresh.start("ok", &["echo", "alive"], json!({})).await;
+    assert_eq!(output_of(&fresh.until_closed("ok").await), "alive\n");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(junk.call("environment/status", json!({})).await.unwrap()["status"], "ready");
+    drop(sockets);
+    let run_id = fresh.run_id.clone();
+    drop(stalled);
+    server.stop(&run_id);
+}
+
+#[test]
+fn stdio_mode_speaks_newline_delimited_json_and_eof_ends_everything() {
+    let state = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cleanroom"))
+        .arg("--state-dir")
+        .arg(state.path().join("ns"))
+        .args(["serve", "--listen", "stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut call = |request: Value| -> Value {
+        writeln!(stdin, "{request}").unwrap();
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    };
+    let init = call(json!({"id": 1, "method": "initialize", "params": {}}));
+    let run_id = init["result"]["environmentInfo"]["cleanroom"]["runId"].as_str().unwrap().to_string();
+    assert_eq!(call(json!({"id": 2, "method": "environment/status"}))["result"]["status"], "ready");
+    let garbage = {
+        writeln!(stdin, "{{oops").unwrap();
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()
+    };
+    assert_eq!(garbage["error"]["code"], -32700);
+    let started = {
+        let request = json!({"id": 3, "method": "process/start", "params": {"processId": "s", "argv": ["sleep", "30"], "cwd": "file:///"}});
+        writeln!(stdin, "{request}").unwrap();
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()
+    };
+    assert_eq!(started["result"]["processId"], "s");
+    drop(stdin);
+    let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("EOF ends the server");
+    assert_eq!(status.code(), Some(0));
+    assert_no_survivors(&run_id, "sleep 30 stdio-never-matches");
+    let left = std::fs::read_dir(state.path().join("ns")).unwrap().flatten().count();
+    assert_eq!(left, 0, "root removed");
+}
