@@ -71,7 +71,10 @@ pub fn main(args: ServeArgs, global: &Global) -> u8 {
             Err(e) => return crate::fail(format!("--session-ttl: {e}")),
         }
     };
-    let cwd = match args.cwd.map_or_else(std::env::current_dir, |dir| dir.canonicalize()) {
+    let cwd = match args
+        .cwd
+        .map_or_else(std::env::current_dir, |dir| dir.canonicalize())
+    {
         Ok(cwd) if cwd.is_dir() => cwd,
         Ok(cwd) => return crate::fail(format!("--cwd {} is not a directory", cwd.display())),
         Err(e) => return crate::fail(format!("cannot resolve the working directory: {e}")),

@@ -58,7 +58,10 @@ impl Server {
         let mut url = String::new();
         stdout.read_line(&mut url).unwrap();
         let url = url.trim().to_string();
-        assert!(url.starts_with("ws://127.0.0.1:"), "first stdout line: {url:?}");
+        assert!(
+            url.starts_with("ws://127.0.0.1:"),
+            "first stdout line: {url:?}"
+        );
         let mut rest = String::new();
         std::thread::spawn(move || {
             let _ = stdout.read_to_string(&mut rest);
@@ -208,7 +211,9 @@ impl Client {
     }
 
     async fn initialize(&mut self) {
-        self.initialize_with(json!({"clientName": "test"})).await.unwrap();
+        self.initialize_with(json!({"clientName": "test"}))
+            .await
+            .unwrap();
     }
 
     async fn initialize_with(&mut self, params: Value) -> Result<(), (i64, String)> {
@@ -272,7 +277,9 @@ impl Client {
     }
 
     async fn error(&mut self, method: &str, params: Value) -> (i64, String) {
-        self.call(method, params).await.expect_err("an error response")
+        self.call(method, params)
+            .await
+            .expect_err("an error response")
     }
 
     async fn start(&mut self, id: &str, argv: &[&str], extra: Value) -> Value {
@@ -290,7 +297,10 @@ impl Client {
             return self.notifications.remove(0);
         }
         let message = self.recv().await;
-        assert!(message.get("method").is_some(), "expected a notification: {message}");
+        assert!(
+            message.get("method").is_some(),
+            "expected a notification: {message}"
+        );
         message
     }
 
@@ -346,10 +356,14 @@ async fn prints_only_the_url_and_reports_an_environment_inside_its_root() {
     let server = Server::start(&["--cwd", "/"]);
     let cap = server.url.rsplit('/').next().unwrap().to_string();
     let hex = cap.strip_prefix("cleanroom-").unwrap();
-    assert!(hex.len() >= 32 && hex.chars().all(|c| c.is_ascii_hexdigit()), "{cap}");
+    assert!(
+        hex.len() >= 32 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+        "{cap}"
+    );
 
     let mut tcp = std::net::TcpStream::connect(server.addr()).unwrap();
-    tcp.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    tcp.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut answer = String::new();
     tcp.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -357,7 +371,10 @@ async fn prints_only_the_url_and_reports_an_environment_inside_its_root() {
     let mut client = server.client().await;
     let info = client.call("environment/info", json!({})).await.unwrap();
     let ns = format!("file://{}/run-", server.ns().display());
-    assert!(info["userHomeDir"].as_str().unwrap().starts_with(&ns), "{info}");
+    assert!(
+        info["userHomeDir"].as_str().unwrap().starts_with(&ns),
+        "{info}"
+    );
     assert!(info["tempDir"].as_str().unwrap().starts_with(&ns), "{info}");
     assert_eq!(info["cwd"], "file:///");
     assert_eq!(info["capabilities"]["networkProxyLaunch"], false);
@@ -375,9 +392,16 @@ async fn prints_only_the_url_and_reports_an_environment_inside_its_root() {
 #[tokio::test]
 async fn a_wrong_capability_path_is_closed_with_1008() {
     let server = Server::start(&[]);
-    let wrong = format!("ws://{}/cleanroom-00000000000000000000000000000000", server.addr());
+    let wrong = format!(
+        "ws://{}/cleanroom-00000000000000000000000000000000",
+        server.addr()
+    );
     let (mut ws, _) = tokio_tungstenite::connect_async(&wrong).await.unwrap();
-    let frame = tokio::time::timeout(TIMEOUT, ws.next()).await.unwrap().unwrap().unwrap();
+    let frame = tokio::time::timeout(TIMEOUT, ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     let Message::Close(Some(close)) = frame else {
         panic!("expected a close frame, got {frame:?}");
     };
@@ -392,7 +416,8 @@ async fn an_oversized_frame_is_closed_with_1009_and_others_keep_being_served() {
     let server = Server::start(&["--max-message-bytes", "4096"]);
     let mut big = server.client().await;
     let mut other = server.client().await;
-    let huge = json!({"id": 1, "method": "environment/status", "params": {"pad": "x".repeat(10_000)}});
+    let huge =
+        json!({"id": 1, "method": "environment/status", "params": {"pad": "x".repeat(10_000)}});
     big.send_text(huge.to_string()).await;
     let frame = loop {
         match tokio::time::timeout(TIMEOUT, big.ws.next()).await.unwrap() {
@@ -416,19 +441,35 @@ async fn garbage_wrong_types_and_unknown_methods_get_the_spec_errors() {
     let mut c = Client::connect(&server.url).await;
     c.send_text("{not json".into()).await;
     let r = c.recv().await;
-    assert_eq!((r["id"].clone(), r["error"]["code"].as_i64()), (Value::Null, Some(-32700)));
+    assert_eq!(
+        (r["id"].clone(), r["error"]["code"].as_i64()),
+        (Value::Null, Some(-32700))
+    );
     c.send_text("[1,2,3]".into()).await;
     let r = c.recv().await;
-    assert_eq!((r["id"].clone(), r["error"]["code"].as_i64()), (Value::Null, Some(-32600)));
-    c.ws.send(Message::binary(vec![0xff, 0x00, 0x12])).await.unwrap();
+    assert_eq!(
+        (r["id"].clone(), r["error"]["code"].as_i64()),
+        (Value::Null, Some(-32600))
+    );
+    c.ws.send(Message::binary(vec![0xff, 0x00, 0x12]))
+        .await
+        .unwrap();
     assert_eq!(c.recv().await["error"]["code"], -32700);
 
     let (code, message) = c.error("environment/status", json!({})).await;
-    assert_eq!((code, message.as_str()), (-32600, "client must call initialize first"));
+    assert_eq!(
+        (code, message.as_str()),
+        (-32600, "client must call initialize first")
+    );
     c.initialize().await;
-    let (code, message) = c.error("fs/readFile", json!({"path": "file:///etc/hostname"})).await;
+    let (code, message) = c
+        .error("fs/readFile", json!({"path": "file:///etc/hostname"}))
+        .await;
     assert_eq!(code, -32601);
-    assert_eq!(message, "Unsupported cleanroom exec-server method: fs/readFile");
+    assert_eq!(
+        message,
+        "Unsupported cleanroom exec-server method: fs/readFile"
+    );
     assert_eq!(c.error("no/such", json!({})).await.0, -32601);
     assert_eq!(c.error("initialize", json!({})).await.0, -32600);
 
@@ -452,7 +493,10 @@ async fn garbage_wrong_types_and_unknown_methods_get_the_spec_errors() {
         (json!({"cwd": "file:///tmp/%00"}), "process cwd"),
         (json!({"arg0": 5}), "arg0"),
         (json!({"networkProxy": {}}), "cannot be enforced"),
-        (json!({"managedNetwork": {"loopbackPorts": [], "allowLocalBinding": false}}), "cannot be enforced"),
+        (
+            json!({"managedNetwork": {"loopbackPorts": [], "allowLocalBinding": false}}),
+            "cannot be enforced",
+        ),
         (
             json!({"sandbox": {"permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": []}, "network": "enabled"}}}),
             "filesystem sandbox restrictions cannot be enforced",
@@ -467,18 +511,44 @@ async fn garbage_wrong_types_and_unknown_methods_get_the_spec_errors() {
         assert!(message.contains(field), "{bad}: {message}");
     }
     assert!(c.notifications.is_empty(), "a failed start emits nothing");
-    c.call("process/start", start(json!({"argv": ["sleep", "5"]}))).await.unwrap();
+    c.call("process/start", start(json!({"argv": ["sleep", "5"]})))
+        .await
+        .unwrap();
     assert_eq!(c.error("process/start", start(json!({}))).await.0, -32600);
     let (code, message) = c.error("process/read", json!({"processId": "nope"})).await;
-    assert_eq!((code, message.as_str()), (-32600, "unknown process id nope"));
-    assert_eq!(c.error("process/signal", json!({"processId": "p", "signal": "kill"})).await.0, -32602);
-    assert_eq!(c.error("process/read", json!({"processId": "p", "afterSeq": "x"})).await.0, -32602);
-    assert_eq!(c.error("process/write", json!({"processId": "p", "chunk": "!!"})).await.0, -32602);
+    assert_eq!(
+        (code, message.as_str()),
+        (-32600, "unknown process id nope")
+    );
+    assert_eq!(
+        c.error(
+            "process/signal",
+            json!({"processId": "p", "signal": "kill"})
+        )
+        .await
+        .0,
+        -32602
+    );
+    assert_eq!(
+        c.error("process/read", json!({"processId": "p", "afterSeq": "x"}))
+            .await
+            .0,
+        -32602
+    );
+    assert_eq!(
+        c.error("process/write", json!({"processId": "p", "chunk": "!!"}))
+            .await
+            .0,
+        -32602
+    );
     assert_eq!(
         c.call("process/status", json!({})).await.unwrap_err().0,
         -32601
     );
-    assert_eq!(c.call("environment/status", json!({})).await.unwrap()["status"], "ready");
+    assert_eq!(
+        c.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
@@ -488,15 +558,35 @@ async fn output_exit_and_close_arrive_in_seq_order_after_the_start_result() {
     let server = Server::start(&[]);
     let mut c = server.client().await;
     let result = c
-        .start("p1", &["sh", "-c", "printf out; printf err >&2; exit 3"], json!({}))
+        .start(
+            "p1",
+            &["sh", "-c", "printf out; printf err >&2; exit 3"],
+            json!({}),
+        )
         .await;
     assert_eq!(result, json!({"processId": "p1", "sandboxType": "none"}));
-    assert!(c.notifications.is_empty(), "the start result precedes notifications");
+    assert!(
+        c.notifications.is_empty(),
+        "the start result precedes notifications"
+    );
     let events = c.until_closed("p1").await;
-    let seqs: Vec<u64> = events.iter().map(|n| n["params"]["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>(), "{events:?}");
-    let methods: Vec<&str> = events.iter().map(|n| n["method"].as_str().unwrap()).collect();
-    assert_eq!(&methods[methods.len() - 2..], ["process/exited", "process/closed"]);
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|n| n["params"]["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=events.len() as u64).collect::<Vec<_>>(),
+        "{events:?}"
+    );
+    let methods: Vec<&str> = events
+        .iter()
+        .map(|n| n["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &methods[methods.len() - 2..],
+        ["process/exited", "process/closed"]
+    );
     let exited = &events[events.len() - 2]["params"];
     assert_eq!(exited["exitCode"], 3);
     assert_eq!(exited["sandboxDenied"], false);
@@ -513,7 +603,10 @@ async fn output_exit_and_close_arrive_in_seq_order_after_the_start_result() {
     c.start("p2", &["sh", "-c", "kill -9 $$"], json!({})).await;
     let events = c.until_closed("p2").await;
     assert_eq!(events[events.len() - 2]["params"]["exitCode"], 137);
-    let read = c.call("process/read", json!({"processId": "p2"})).await.unwrap();
+    let read = c
+        .call("process/read", json!({"processId": "p2"}))
+        .await
+        .unwrap();
     assert_eq!(read["exited"], true);
     assert_eq!(read["closed"], true);
     assert_eq!(read["exitCode"], 137);
@@ -541,15 +634,24 @@ async fn late_output_after_exit_is_delivered_and_closed_waits_for_the_descendant
         }
     }
     let closed_after = exited_at.expect("exited before closed").elapsed();
-    let methods: Vec<&str> = events.iter().map(|n| n["method"].as_str().unwrap()).collect();
+    let methods: Vec<&str> = events
+        .iter()
+        .map(|n| n["method"].as_str().unwrap())
+        .collect();
     let exit_index = methods.iter().position(|m| *m == "process/exited").unwrap();
     assert!(
         output_of(&events[exit_index..]).contains("late"),
         "late output comes after exited: {events:?}"
     );
     assert!(output_of(&events[..exit_index]).contains("early"));
-    assert!(closed_after >= Duration::from_millis(300), "closed waited for the pipe: {closed_after:?}");
-    let read = c.call("process/read", json!({"processId": "p"})).await.unwrap();
+    assert!(
+        closed_after >= Duration::from_millis(300),
+        "closed waited for the pipe: {closed_after:?}"
+    );
+    let read = c
+        .call("process/read", json!({"processId": "p"}))
+        .await
+        .unwrap();
     assert_eq!(output_of_read(&read), "early\nlate\n");
     let run_id = c.run_id.clone();
     server.stop(&run_id);
@@ -572,23 +674,50 @@ async fn a_pty_process_has_a_terminal_and_ctrl_c_interrupts_it() {
         "trap 'exit 42' INT; tty; stty size; echo ready; while :; do sleep 0.05; done; : {}",
         server.marker
     );
-    c.start("t", &["sh", "-c", &script], json!({"tty": true})).await;
+    c.start("t", &["sh", "-c", &script], json!({"tty": true}))
+        .await;
     let text = c.output_until("t", "ready").await;
     assert!(text.contains("/dev/pts/"), "{text}");
     assert!(text.contains("24 80"), "{text}");
     let write = c
-        .call("process/write", json!({"processId": "t", "chunk": BASE64.encode("\u{3}"), "writeId": "w1"}))
+        .call(
+            "process/write",
+            json!({"processId": "t", "chunk": BASE64.encode("\u{3}"), "writeId": "w1"}),
+        )
         .await
         .unwrap();
     assert_eq!(write["status"], "accepted");
     let events = c.until_closed("t").await;
-    let exited = events.iter().find(|n| n["method"] == "process/exited").unwrap();
+    let exited = events
+        .iter()
+        .find(|n| n["method"] == "process/exited")
+        .unwrap();
     assert_eq!(exited["params"]["exitCode"], 42);
-    assert!(events.iter().filter(|n| n["method"] == "process/output").all(|n| n["params"]["stream"] == "pty"));
+    assert!(events
+        .iter()
+        .filter(|n| n["method"] == "process/output")
+        .all(|n| n["params"]["stream"] == "pty"));
 
-    c.start("i", &["sh", "-c", "trap 'exit 7' INT; echo ready; while :; do sleep 0.05; done"], json!({})).await;
+    c.start(
+        "i",
+        &[
+            "sh",
+            "-c",
+            "trap 'exit 7' INT; echo ready; while :; do sleep 0.05; done",
+        ],
+        json!({}),
+    )
+    .await;
     c.output_until("i", "ready").await;
-    assert_eq!(c.call("process/signal", json!({"processId": "i", "signal": "interrupt"})).await.unwrap(), json!({}));
+    assert_eq!(
+        c.call(
+            "process/signal",
+            json!({"processId": "i", "signal": "interrupt"})
+        )
+        .await
+        .unwrap(),
+        json!({})
+    );
     let events = c.until_closed("i").await;
     assert_eq!(events[events.len() - 2]["params"]["exitCode"], 7);
     let run_id = c.run_id.clone();
@@ -599,10 +728,18 @@ async fn a_pty_process_has_a_terminal_and_ctrl_c_interrupts_it() {
 async fn stdin_reaches_the_process_and_a_repeated_write_id_is_written_once() {
     let server = Server::start(&[]);
     let mut c = server.client().await;
-    c.start("s", &["sh", "-c", "read line; echo got:$line"], json!({"pipeStdin": true})).await;
+    c.start(
+        "s",
+        &["sh", "-c", "read line; echo got:$line"],
+        json!({"pipeStdin": true}),
+    )
+    .await;
     for (chunk, id) in [("ab", "w1"), ("ab", "w1"), ("c\n", "w2")] {
         let r = c
-            .call("process/write", json!({"processId": "s", "chunk": BASE64.encode(chunk), "writeId": id}))
+            .call(
+                "process/write",
+                json!({"processId": "s", "chunk": BASE64.encode(chunk), "writeId": id}),
+            )
             .await
             .unwrap();
         assert_eq!(r["status"], "accepted");
@@ -611,9 +748,15 @@ async fn stdin_reaches_the_process_and_a_repeated_write_id_is_written_once() {
     assert_eq!(output_of(&events), "got:abc\n");
 
     c.start("n", &["sleep", "5"], json!({})).await;
-    let r = c.call("process/write", json!({"processId": "n", "chunk": "eA=="})).await.unwrap();
+    let r = c
+        .call("process/write", json!({"processId": "n", "chunk": "eA=="}))
+        .await
+        .unwrap();
     assert_eq!(r["status"], "stdinClosed");
-    let r = c.call("process/write", json!({"processId": "zz", "chunk": "eA=="})).await.unwrap();
+    let r = c
+        .call("process/write", json!({"processId": "zz", "chunk": "eA=="}))
+        .await
+        .unwrap();
     assert_eq!(r["status"], "unknownProcess");
     let run_id = c.run_id.clone();
     server.stop(&run_id);
@@ -625,7 +768,11 @@ async fn read_cursors_are_byte_limited_and_long_polls_wait_for_events() {
     let mut c = server.client().await;
     c.start(
         "r",
-        &["sh", "-c", "printf aaaa; sleep 0.1; printf bbbb; sleep 0.1; printf cccc"],
+        &[
+            "sh",
+            "-c",
+            "printf aaaa; sleep 0.1; printf bbbb; sleep 0.1; printf cccc",
+        ],
         json!({}),
     )
     .await;
@@ -635,7 +782,10 @@ async fn read_cursors_are_byte_limited_and_long_polls_wait_for_events() {
     let mut reads = 0;
     loop {
         let r = c
-            .call("process/read", json!({"processId": "r", "afterSeq": cursor, "maxBytes": 1}))
+            .call(
+                "process/read",
+                json!({"processId": "r", "afterSeq": cursor, "maxBytes": 1}),
+            )
             .await
             .unwrap();
         let chunks = r["chunks"].as_array().unwrap();
@@ -643,33 +793,59 @@ async fn read_cursors_are_byte_limited_and_long_polls_wait_for_events() {
             assert_eq!(r["closed"], true);
             break;
         }
-        assert_eq!(chunks.len(), 1, "maxBytes returns at least one chunk and stops: {r}");
-        assert_eq!(r["nextSeq"].as_u64().unwrap(), chunks[0]["seq"].as_u64().unwrap() + 1);
+        assert_eq!(
+            chunks.len(),
+            1,
+            "maxBytes returns at least one chunk and stops: {r}"
+        );
+        assert_eq!(
+            r["nextSeq"].as_u64().unwrap(),
+            chunks[0]["seq"].as_u64().unwrap() + 1
+        );
         text.push_str(&output_of_read(&r));
         cursor = r["nextSeq"].as_u64().unwrap() - 1;
         reads += 1;
     }
     assert_eq!(text, "aaaabbbbcccc");
     assert!(reads >= 2, "several chunks were read one by one");
-    let all = c.call("process/read", json!({"processId": "r"})).await.unwrap();
-    let last = all["chunks"].as_array().unwrap().last().unwrap()["seq"].as_u64().unwrap();
+    let all = c
+        .call("process/read", json!({"processId": "r"}))
+        .await
+        .unwrap();
+    let last = all["chunks"].as_array().unwrap().last().unwrap()["seq"]
+        .as_u64()
+        .unwrap();
     assert_eq!(all["nextSeq"].as_u64().unwrap(), last + 1);
     let tail = c
-        .call("process/read", json!({"processId": "r", "afterSeq": last + 2, "waitMs": 5000}))
+        .call(
+            "process/read",
+            json!({"processId": "r", "afterSeq": last + 2, "waitMs": 5000}),
+        )
         .await
         .unwrap();
     assert_eq!(tail["chunks"], json!([]));
-    assert_eq!(tail["nextSeq"].as_u64().unwrap(), last + 3, "next seq counts exited and closed");
+    assert_eq!(
+        tail["nextSeq"].as_u64().unwrap(),
+        last + 3,
+        "next seq counts exited and closed"
+    );
 
-    c.start("w", &["sh", "-c", "sleep 0.3; echo x"], json!({})).await;
+    c.start("w", &["sh", "-c", "sleep 0.3; echo x"], json!({}))
+        .await;
     let started = Instant::now();
     let r = c
-        .call("process/read", json!({"processId": "w", "afterSeq": 0, "waitMs": 10000}))
+        .call(
+            "process/read",
+            json!({"processId": "w", "afterSeq": 0, "waitMs": 10000}),
+        )
         .await
         .unwrap();
     let waited = started.elapsed();
     assert_eq!(output_of_read(&r), "x\n");
-    assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(5), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(200) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
@@ -680,17 +856,43 @@ async fn interrupt_and_terminate_after_exit_are_no_ops() {
     let mut c = server.client().await;
     c.start("t", &["true"], json!({})).await;
     let events = c.until_closed("t").await;
-    assert_eq!(events.len(), 2, "exactly one exited and one closed: {events:?}");
-    let r = c.call("process/signal", json!({"processId": "t", "signal": "interrupt"})).await.unwrap();
+    assert_eq!(
+        events.len(),
+        2,
+        "exactly one exited and one closed: {events:?}"
+    );
+    let r = c
+        .call(
+            "process/signal",
+            json!({"processId": "t", "signal": "interrupt"}),
+        )
+        .await
+        .unwrap();
     assert_eq!(r, json!({}));
-    let r = c.call("process/terminate", json!({"processId": "t"})).await.unwrap();
+    let r = c
+        .call("process/terminate", json!({"processId": "t"}))
+        .await
+        .unwrap();
     assert_eq!(r, json!({"running": false}));
-    let r = c.call("process/terminate", json!({"processId": "unknown"})).await.unwrap();
+    let r = c
+        .call("process/terminate", json!({"processId": "unknown"}))
+        .await
+        .unwrap();
     assert_eq!(r, json!({"running": false}));
-    let r = c.call("process/signal", json!({"processId": "unknown", "signal": "interrupt"})).await.unwrap();
+    let r = c
+        .call(
+            "process/signal",
+            json!({"processId": "unknown", "signal": "interrupt"}),
+        )
+        .await
+        .unwrap();
     assert_eq!(r, json!({}));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(c.notifications.is_empty(), "no further notifications: {:?}", c.notifications);
+    assert!(
+        c.notifications.is_empty(),
+        "no further notifications: {:?}",
+        c.notifications
+    );
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
@@ -719,14 +921,23 @@ async fn terminate_kills_a_term_resistant_tree_and_replies_after_reaping() {
             let mut other = Client::connect(&server.url).await;
             other.initialize().await;
             // Another session cannot reach this process.
-            other.call("process/terminate", json!({"processId": "k"})).await.unwrap()
+            other
+                .call("process/terminate", json!({"processId": "k"}))
+                .await
+                .unwrap()
         },
         c.call("process/terminate", json!({"processId": "k"}))
     );
     assert_eq!(a, json!({"running": false}));
     assert_eq!(b.unwrap(), json!({"running": true}));
-    assert!(started.elapsed() >= Duration::from_millis(900), "TERM, 1 s grace, then KILL");
-    assert!(pids.iter().all(|&p| !alive(p)), "replied after the tree was reaped");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "TERM, 1 s grace, then KILL"
+    );
+    assert!(
+        pids.iter().all(|&p| !alive(p)),
+        "replied after the tree was reaped"
+    );
     let events = c.until_closed("k").await;
     assert_eq!(events[events.len() - 2]["params"]["exitCode"], 137);
     let run_id = c.run_id.clone();
@@ -742,7 +953,10 @@ async fn socket_loss_reaps_a_term_resistant_group_and_its_setsid_child() {
     drop(c);
     wait_dead(&pids, Duration::from_secs(10));
     let mut again = server.client().await;
-    assert_eq!(again.call("environment/status", json!({})).await.unwrap()["status"], "ready");
+    assert_eq!(
+        again.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
     server.stop(&run_id);
 }
 
@@ -774,7 +988,10 @@ async fn host_secrets_in_the_server_environment_never_reach_a_child() {
     let mut c = server.client().await;
     for (id, policy) in [
         ("default", Value::Null),
-        ("all", json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [], "set": {}, "includeOnly": []})),
+        (
+            "all",
+            json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [], "set": {}, "includeOnly": []}),
+        ),
     ] {
         c.start(
             id,
@@ -827,14 +1044,22 @@ async fn a_session_resumes_within_its_ttl_and_is_reaped_after_it() {
         .call("process/read", json!({"processId": "p", "waitMs": 2000}))
         .await
         .unwrap();
-    assert_eq!(output_of_read(&r), "buffered\n", "output kept while detached");
+    assert_eq!(
+        output_of_read(&r),
+        "buffered\n",
+        "output kept while detached"
+    );
     let mut thief = Client::connect(&server.url).await;
-    let (code, _) = thief.error("initialize", json!({"resumeSessionId": session})).await;
+    let (code, _) = thief
+        .error("initialize", json!({"resumeSessionId": session}))
+        .await;
     assert_eq!(code, -32010);
     drop(resumed);
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let mut late = Client::connect(&server.url).await;
-    let (code, _) = late.error("initialize", json!({"resumeSessionId": session})).await;
+    let (code, _) = late
+        .error("initialize", json!({"resumeSessionId": session}))
+        .await;
     assert_eq!(code, -32600, "an expired session is gone");
     assert_no_survivors(&run_id, &server.marker);
     server.stop(&run_id);
@@ -853,7 +1078,10 @@ async fn session_and_process_limits_are_clear_errors() {
     c.until_closed("b").await;
     c.start("c", &["sleep", "30"], json!({})).await;
     let (code, message) = c
-        .error("process/start", json!({"processId": "d", "argv": ["true"], "cwd": "file:///"}))
+        .error(
+            "process/start",
+            json!({"processId": "d", "argv": ["true"], "cwd": "file:///"}),
+        )
         .await;
     assert_eq!(code, -32600);
     assert!(message.contains("--max-processes"), "{message}");
@@ -867,7 +1095,9 @@ async fn the_server_survives_floods_stalled_readers_and_thousands_of_connections
     // A client that starts a flood of output and never reads.
     let mut stalled = server.client().await;
     let flood = format!("head -c 200000000 /dev/zero; : {}", server.marker);
-    stalled.start("flood", &["sh", "-c", &flood], json!({})).await;
+    stalled
+        .start("flood", &["sh", "-c", &flood], json!({}))
+        .await;
     // Thousands of connections: raw junk, half-open, wrong paths.
     let addr = server.addr();
     let mut sockets = Vec::new();
@@ -881,19 +1111,33 @@ async fn the_server_survives_floods_stalled_readers_and_thousands_of_connections
     }
     // Garbage frames on an upgraded socket.
     let mut junk = server.client().await;
-    for text in ["", "null", "{\"id\":{}}", "{\"method\":5,\"id\":1}", "\"str\""] {
+    for text in [
+        "",
+        "null",
+        "{\"id\":{}}",
+        "{\"method\":5,\"id\":1}",
+        "\"str\"",
+    ] {
         junk.send_text(text.into()).await;
         let r = junk.recv().await;
         assert!(r["error"]["code"].is_i64(), "{text}: {r}");
     }
-    junk.send_text(json!({"method": "surprise/notification"}).to_string()).await;
+    junk.send_text(json!({"method": "surprise/notification"}).to_string())
+        .await;
     // Everyone else is still served, promptly.
     let started = Instant::now();
     let mut fresh = server.client().await;
     fresh.start("ok", &["echo", "alive"], json!({})).await;
     assert_eq!(output_of(&fresh.until_closed("ok").await), "alive\n");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    assert_eq!(junk.call("environment/status", json!({})).await.unwrap()["status"], "ready");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        junk.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
     drop(sockets);
     let run_id = fresh.run_id.clone();
     drop(stalled);
@@ -921,8 +1165,14 @@ fn stdio_mode_speaks_newline_delimited_json_and_eof_ends_everything() {
         serde_json::from_str(&line).unwrap()
     };
     let init = call(json!({"id": 1, "method": "initialize", "params": {}}));
-    let run_id = init["result"]["environmentInfo"]["cleanroom"]["runId"].as_str().unwrap().to_string();
-    assert_eq!(call(json!({"id": 2, "method": "environment/status"}))["result"]["status"], "ready");
+    let run_id = init["result"]["environmentInfo"]["cleanroom"]["runId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        call(json!({"id": 2, "method": "environment/status"}))["result"]["status"],
+        "ready"
+    );
     let garbage = {
         writeln!(stdin, "{{oops").unwrap();
         line.clear();
@@ -942,6 +1192,9 @@ fn stdio_mode_speaks_newline_delimited_json_and_eof_ends_everything() {
     let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("EOF ends the server");
     assert_eq!(status.code(), Some(0));
     assert_no_survivors(&run_id, "sleep 30 stdio-never-matches");
-    let left = std::fs::read_dir(state.path().join("ns")).unwrap().flatten().count();
+    let left = std::fs::read_dir(state.path().join("ns"))
+        .unwrap()
+        .flatten()
+        .count();
     assert_eq!(left, 0, "root removed");
 }

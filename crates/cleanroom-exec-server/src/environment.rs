@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use cleanroom::contain::{ContainMode, Container, Mechanism};
-use cleanroom::root::Layout;
 use cleanroom::env::EnvOptions;
+use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
 use serde_json::{json, Value};
 
@@ -154,7 +154,11 @@ impl Environment {
         if let Some(container) = container {
             let killed = container.terminate(SWEEP_GRACE, &mut || reaper.reap_orphans());
             for process in &killed {
-                tracing::warn!("killed leftover process {} ({})", process.id.pid, process.command);
+                tracing::warn!(
+                    "killed leftover process {} ({})",
+                    process.id.pid,
+                    process.command
+                );
             }
         }
         let root = lock(&self.root).take();

@@ -83,7 +83,10 @@ impl EnvPolicy {
         Ok(EnvPolicy {
             inherit,
             ignore_default_excludes: p.bool_or("ignoreDefaultExcludes", false).map_err(prefix)?,
-            exclude: p.opt_strings("exclude").map_err(prefix)?.unwrap_or_default(),
+            exclude: p
+                .opt_strings("exclude")
+                .map_err(prefix)?
+                .unwrap_or_default(),
             set: p.opt_string_map("set").map_err(prefix)?.unwrap_or_default(),
             include_only: p
                 .opt_strings("includeOnly")
@@ -230,7 +233,13 @@ mod tests {
         let env = policy.apply(&base(), &overlay, false, &[(EXEC_ID_VAR, "u")]);
         assert_eq!(
             keys(&env),
-            ["CLEANROOM_EXEC_ID", "HOME", "PATH", "POLICY_ONLY", "POLICY_SET"]
+            [
+                "CLEANROOM_EXEC_ID",
+                "HOME",
+                "PATH",
+                "POLICY_ONLY",
+                "POLICY_SET"
+            ]
         );
         assert_eq!(env["POLICY_SET"], "env-wins");
     }

@@ -208,7 +208,10 @@ impl Process {
         let main = ProcessId::of(pid)
             .ok_or_else(|| RpcError::internal(format!("cannot read /proc/{pid}/stat")))?;
         let (outputs, stdin) = match &terminal {
-            Some(master) => (Outputs::Pty(master.clone()), Some(Stdin::Pty(master.clone()))),
+            Some(master) => (
+                Outputs::Pty(master.clone()),
+                Some(Stdin::Pty(master.clone())),
+            ),
             None => {
                 let stdout = child.stdout.take().expect("stdout is piped");
                 let stderr = child.stderr.take().expect("stderr is piped");
@@ -309,7 +312,9 @@ impl Process {
             match event {
                 Some(Event::Output(stream, data)) => self.publish_output(stream, data).await,
                 Some(Event::Eof) => open = open.saturating_sub(1),
-                Some(Event::Exited(code)) => pending_exit = Some((code, Instant::now() + EXIT_DRAIN)),
+                Some(Event::Exited(code)) => {
+                    pending_exit = Some((code, Instant::now() + EXIT_DRAIN))
+                }
                 None => open = 0,
             }
             if open == 0 {
@@ -342,8 +347,11 @@ impl Process {
             seq
         };
         self.events.send_replace(());
-        let params = json!({"processId": self.id, "seq": seq, "stream": stream.name(), "chunk": encoded});
-        self.outlet.send(notification("process/output", params)).await;
+        let params =
+            json!({"processId": self.id, "seq": seq, "stream": stream.name(), "chunk": encoded});
+        self.outlet
+            .send(notification("process/output", params))
+            .await;
     }
 
     async fn publish_exit(&self, code: i32) {
@@ -355,8 +363,11 @@ impl Process {
             seq
         };
         self.events.send_replace(());
-        let params = json!({"processId": self.id, "seq": seq, "exitCode": code, "sandboxDenied": false});
-        self.outlet.send(notification("process/exited", params)).await;
+        let params =
+            json!({"processId": self.id, "seq": seq, "exitCode": code, "sandboxDenied": false});
+        self.outlet
+            .send(notification("process/exited", params))
+            .await;
     }
 
     async fn publish_closed(&self) {
@@ -369,7 +380,9 @@ impl Process {
         };
         self.events.send_replace(());
         let params = json!({"processId": self.id, "seq": seq});
-        self.outlet.send(notification("process/closed", params)).await;
+        self.outlet
+            .send(notification("process/closed", params))
+            .await;
     }
 
     /// `process/read`: chunks after `after_seq`, waiting up to `wait` when there is nothing new.
@@ -384,7 +397,10 @@ impl Process {
                     return read_result(&state, after_seq, max_bytes);
                 }
             }
-            if tokio::time::timeout_at(deadline, events.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, events.changed())
+                .await
+                .is_err()
+            {
                 let state = self.lock();
                 return read_result(&state, after_seq, max_bytes);
             }
@@ -407,7 +423,10 @@ impl Process {
             return "stdinClosed";
         }
         if let Some(id) = write_id {
-            let mut ids = self.write_ids.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut ids = self
+                .write_ids
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             if !ids.0.insert(id.to_string()) {
                 return "accepted";
             }
@@ -446,21 +465,30 @@ impl Process {
         let result = match &self.terminal {
             Some(master) => master.signal_foreground(Signal::INT),
             None => match rustix::process::Pid::from_raw(self.pid) {
-                Some(pid) => rustix::process::kill_process_group(pid, Signal::INT).map_err(Into::into),
+                Some(pid) => {
+                    rustix::process::kill_process_group(pid, Signal::INT).map_err(Into::into)
+                }
                 None => Ok(()),
             },
         };
         match result {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
-            Err(e) => Err(RpcError::internal(format!("failed to signal process {}: {e}", self.id))),
+            Err(e) => Err(RpcError::internal(format!(
+                "failed to signal process {}: {e}",
+                self.id
+            ))),
         }
     }
 
     /// Kills the whole tree (TERM, grace, KILL until empty) and returns once the main process
     /// is reaped. Returns whether it was running. Without `even_after_exit`, a process whose
     /// main process has exited is left alone (the spec's no-op).
-    pub async fn terminate(&self, reaper: &Reaper, even_after_exit: bool) -> Result<bool, RpcError> {
+    pub async fn terminate(
+        &self,
+        reaper: &Reaper,
+        even_after_exit: bool,
+    ) -> Result<bool, RpcError> {
         let running = self.is_running();
         if !running && !even_after_exit {
             return Ok(false);
@@ -473,7 +501,9 @@ impl Process {
             (killed, members.current())
         })
         .await
-        .map_err(|e| RpcError::internal(format!("termination of process {} failed: {e}", self.id)))?;
+        .map_err(|e| {
+            RpcError::internal(format!("termination of process {} failed: {e}", self.id))
+        })?;
         if !survivors.1.is_empty() {
             return Err(RpcError::internal(format!(
                 "process {} survived SIGKILL: {:?}",
@@ -496,7 +526,9 @@ impl Process {
 }
 
 fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
-    let budget = max_bytes.filter(|&b| b > 0).map_or(usize::MAX, |b| b as usize);
+    let budget = max_bytes
+        .filter(|&b| b > 0)
+        .map_or(usize::MAX, |b| b as usize);
     let mut used = 0usize;
     let mut chunks = Vec::new();
     let mut last = None;
@@ -535,13 +567,21 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .unwrap_or(-1)
 }
 
-async fn pump_reader(mut reader: impl AsyncRead + Unpin, stream: StreamKind, tx: mpsc::Sender<Event>) {
+async fn pump_reader(
+    mut reader: impl AsyncRead + Unpin,
+    stream: StreamKind,
+    tx: mpsc::Sender<Event>,
+) {
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if tx.send(Event::Output(stream, buf[..n].to_vec())).await.is_err() {
+                if tx
+                    .send(Event::Output(stream, buf[..n].to_vec()))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -556,7 +596,11 @@ async fn pump_terminal(master: Arc<Master>, tx: mpsc::Sender<Event>) {
         match master.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if tx.send(Event::Output(StreamKind::Pty, buf[..n].to_vec())).await.is_err() {
+                if tx
+                    .send(Event::Output(StreamKind::Pty, buf[..n].to_vec()))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }

@@ -209,7 +209,9 @@ impl<'a> Params<'a> {
         match self.get(name) {
             None => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(RpcError::invalid_params(format!("{name} must be a boolean"))),
+            Some(_) => Err(RpcError::invalid_params(format!(
+                "{name} must be a boolean"
+            ))),
         }
     }
 
@@ -322,7 +324,15 @@ mod tests {
         let p = Params::new(&v).unwrap();
         assert!(p.opt_strings("argv").unwrap_err().message.contains("argv"));
         assert!(p.bool_or("tty", false).unwrap_err().message.contains("tty"));
-        assert!(p.opt_string_map("env").unwrap_err().message.contains("env.A"));
-        assert!(p.string("processId").unwrap_err().message.contains("processId"));
+        assert!(p
+            .opt_string_map("env")
+            .unwrap_err()
+            .message
+            .contains("env.A"));
+        assert!(p
+            .string("processId")
+            .unwrap_err()
+            .message
+            .contains("processId"));
     }
 }

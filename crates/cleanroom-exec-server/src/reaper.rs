@@ -24,9 +24,7 @@ pub struct Reaper {
 impl Reaper {
     /// Holds the lock across a spawn; register the new pid with [`SpawnGuard::own`].
     pub fn spawning(&self) -> SpawnGuard<'_> {
-        SpawnGuard {
-            owned: self.lock(),
-        }
+        SpawnGuard { owned: self.lock() }
     }
 
     /// Tokio has reaped `pid`.

@@ -127,7 +127,10 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
         max_message_bytes: config.max_message_bytes,
         allow_secret_env: config.allow_secret_env,
     });
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             shared.env.shutdown(&shared.reaper);
@@ -141,8 +144,10 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
 }
 
 async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) -> Result<(), Error> {
-    let mut terminate = signal(SignalKind::terminate()).map_err(|e| Error::Io("handle SIGTERM", e))?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| Error::Io("handle SIGINT", e))?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| Error::Io("handle SIGTERM", e))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| Error::Io("handle SIGINT", e))?;
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(reap_orphans_forever(shared.reaper.clone()));
     let mut clients = match listen {
@@ -220,7 +225,9 @@ fn capability() -> Result<String, Error> {
 fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     }
 }
 
@@ -240,7 +247,12 @@ mod tests {
             Listen::WebSocket("127.0.0.1:8080".parse().unwrap())
         );
         assert!(Listen::parse("ws://[::1]:9").is_ok());
-        for bad in ["http://127.0.0.1:1", "ws://example.com:1", "ws://127.0.0.1", ""] {
+        for bad in [
+            "http://127.0.0.1:1",
+            "ws://example.com:1",
+            "ws://127.0.0.1",
+            "",
+        ] {
             assert!(Listen::parse(bad).is_err(), "{bad}");
         }
         assert!(!is_loopback("0.0.0.0".parse().unwrap()));

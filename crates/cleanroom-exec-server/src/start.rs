@@ -34,10 +34,16 @@ pub fn validate(params: &Value, ctx: &EnvContext<'_>) -> Result<Spec, RpcError> 
     let p = Params::new(params)?;
     let process_id = p.string("processId")?;
     if process_id.is_empty() {
-        return Err(RpcError::invalid_params("processId must be a non-empty string"));
+        return Err(RpcError::invalid_params(
+            "processId must be a non-empty string",
+        ));
     }
     let argv = match p.get("argv") {
-        None => return Err(RpcError::invalid_params("argv is required (a non-empty array of strings)")),
+        None => {
+            return Err(RpcError::invalid_params(
+                "argv is required (a non-empty array of strings)",
+            ))
+        }
         Some(v) => protocol::strings(v, "argv")?,
     };
     if argv.is_empty() {
@@ -104,7 +110,8 @@ fn check_sandbox(sandbox: Option<&Value>) -> Result<(), RpcError> {
     let Some(sandbox) = sandbox else {
         return Ok(());
     };
-    let sandbox = Params::new(sandbox).map_err(|_| RpcError::invalid_params("sandbox must be an object"))?;
+    let sandbox =
+        Params::new(sandbox).map_err(|_| RpcError::invalid_params("sandbox must be an object"))?;
     let Some(permissions) = sandbox.get("permissions") else {
         return Ok(());
     };
@@ -121,7 +128,9 @@ fn check_sandbox(sandbox: Option<&Value>) -> Result<(), RpcError> {
                 .or_else(|| permissions.get("fileSystem"));
             if let Some(fs) = file_system {
                 let fs_kind = fs.get("type").and_then(Value::as_str).ok_or_else(|| {
-                    RpcError::invalid_params("sandbox.permissions.file_system.type must be a string")
+                    RpcError::invalid_params(
+                        "sandbox.permissions.file_system.type must be a string",
+                    )
                 })?;
                 match fs_kind {
                     "unrestricted" => {}
@@ -222,9 +231,12 @@ mod tests {
         assert!(message(with("networkProxy", json!({}))).contains("cannot be enforced"));
         assert!(message(with("enforceManagedNetwork", json!(true))).contains("cannot be enforced"));
         let fs = json!({"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[]},"network":"enabled"}});
-        assert!(message(with("sandbox", fs)).starts_with("filesystem sandbox restrictions cannot be enforced"));
+        assert!(message(with("sandbox", fs))
+            .starts_with("filesystem sandbox restrictions cannot be enforced"));
         let net = json!({"permissions":{"type":"managed","file_system":{"type":"unrestricted"},"network":"restricted"}});
-        assert!(message(with("sandbox", net)).starts_with("network restrictions cannot be enforced"));
+        assert!(
+            message(with("sandbox", net)).starts_with("network restrictions cannot be enforced")
+        );
         let disabled = json!({"permissions":{"type":"disabled"}});
         assert!(check(with("sandbox", disabled)).is_ok());
     }

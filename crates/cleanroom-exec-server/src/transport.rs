@@ -58,7 +58,10 @@ pub async fn serve_websocket(
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!("connection refused: {} connections open", shared.max_connections);
+            tracing::warn!(
+                "connection refused: {} connections open",
+                shared.max_connections
+            );
             continue;
         };
         let shared = shared.clone();
@@ -94,6 +97,8 @@ async fn handle_socket(
         .max_message_size(Some(limit))
         .max_frame_size(Some(limit));
     let mut path = String::new();
+    // The error type is tungstenite's (an HTTP response); this callback never fails.
+    #[allow(clippy::result_large_err)]
     let callback = |request: &Request, response: Response| {
         path = request.uri().path().to_string();
         Ok(response)
@@ -160,10 +165,8 @@ async fn run_websocket(
     let (mut sink, mut stream) = ws.split();
     let (queue, mut outbound) = mpsc::channel::<Outbound>(QUEUE);
     let mut writer = tokio::spawn(async move {
-        let mut ping = tokio::time::interval_at(
-            tokio::time::Instant::now() + PING_INTERVAL,
-            PING_INTERVAL,
-        );
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
         loop {
             let message = tokio::select! {
                 message = outbound.recv() => match message {
@@ -184,7 +187,9 @@ async fn run_websocket(
                     return;
                 }
                 Err(_) => {
-                    tracing::warn!("client stopped reading for {STALL_TIMEOUT:?}; closing its connection");
+                    tracing::warn!(
+                        "client stopped reading for {STALL_TIMEOUT:?}; closing its connection"
+                    );
                     return;
                 }
             }
@@ -251,7 +256,7 @@ pub async fn serve_stdio(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool
     loop {
         let buffered = tokio::select! {
             buffered = stdin.fill_buf() => match buffered {
-                Ok(b) if b.is_empty() => break,
+                Ok([]) => break,
                 Ok(b) => b,
                 Err(e) => {
                     tracing::warn!("reading stdin: {e}");

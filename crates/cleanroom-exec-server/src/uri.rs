@@ -48,7 +48,9 @@ pub fn parse_file_uri(uri: &str, label: &str) -> Result<PathBuf, String> {
         None => (after_slashes, ""),
     };
     if !(authority.is_empty() || authority.eq_ignore_ascii_case("localhost")) {
-        return Err(bad("names a remote host; only an empty or localhost authority is allowed"));
+        return Err(bad(
+            "names a remote host; only an empty or localhost authority is allowed",
+        ));
     }
     if path.is_empty() {
         return Err(bad("has no path"));
@@ -58,7 +60,9 @@ pub fn parse_file_uri(uri: &str, label: &str) -> Result<PathBuf, String> {
         return Err(bad("contains an encoded NUL"));
     }
     if is_drive_path(&decoded) {
-        return Err(bad("is a Windows drive path, which is not valid on this platform"));
+        return Err(bad(
+            "is a Windows drive path, which is not valid on this platform",
+        ));
     }
     let path = PathBuf::from(OsStr::from_bytes(&decoded));
     if !path.is_absolute() {
@@ -88,7 +92,11 @@ mod tests {
     fn good_uris_round_trip() {
         for path in ["/", "/tmp/x y", "/a/%/ü#?"] {
             let uri = file_uri(Path::new(path));
-            assert_eq!(parse_file_uri(&uri, "cwd").unwrap(), PathBuf::from(path), "{uri}");
+            assert_eq!(
+                parse_file_uri(&uri, "cwd").unwrap(),
+                PathBuf::from(path),
+                "{uri}"
+            );
         }
         assert_eq!(
             parse_file_uri("file://localhost/tmp", "cwd").unwrap(),
