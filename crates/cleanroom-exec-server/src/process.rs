@@ -22,6 +22,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use cleanroom::contain::Container;
 use cleanroom::process::ProcessId;
+use futures_util::FutureExt;
 use rustix::process::Signal;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -49,6 +50,8 @@ pub const MAX_WAIT: Duration = Duration::from_millis(30_000);
 const EXIT_DRAIN: Duration = Duration::from_millis(50);
 /// Largest chunk read from a pipe or terminal at once.
 const READ_CHUNK: usize = 64 * 1024;
+/// Capacity asked for the output pipes.
+const PIPE_SIZE: usize = 1 << 20;
 /// Remembered `writeId`s per process.
 const WRITE_IDS: usize = 4096;
 
@@ -215,6 +218,9 @@ impl Process {
             None => {
                 let stdout = child.stdout.take().expect("stdout is piped");
                 let stderr = child.stderr.take().expect("stderr is piped");
+                // Larger pipes let a fast writer run ahead while the client catches up.
+                let _ = rustix::pipe::fcntl_setpipe_size(&stdout, PIPE_SIZE);
+                let _ = rustix::pipe::fcntl_setpipe_size(&stderr, PIPE_SIZE);
                 (
                     Outputs::Pipes(stdout, stderr),
                     child.stdin.take().map(Stdin::Pipe),
@@ -347,11 +353,14 @@ impl Process {
             seq
         };
         self.events.send_replace(());
-        let params =
-            json!({"processId": self.id, "seq": seq, "stream": stream.name(), "chunk": encoded});
-        self.outlet
-            .send(notification("process/output", params))
-            .await;
+        // Written by hand: the chunk is the bulk of the bytes and needs neither escaping nor a
+        // copy through a `Value`.
+        let text = format!(
+            r#"{{"jsonrpc":"2.0","method":"process/output","params":{{"processId":{},"seq":{seq},"stream":"{}","chunk":"{encoded}"}}}}"#,
+            Value::String(self.id.clone()),
+            stream.name()
+        );
+        self.outlet.send(text).await;
     }
 
     async fn publish_exit(&self, code: i32) {
@@ -573,18 +582,30 @@ async fn pump_reader(
     tx: mpsc::Sender<Event>,
 ) {
     let mut buf = vec![0u8; READ_CHUNK];
-    loop {
-        match reader.read(&mut buf).await {
+    let mut eof = false;
+    while !eof {
+        let mut n = match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if tx
-                    .send(Event::Output(stream, buf[..n].to_vec()))
-                    .await
-                    .is_err()
-                {
-                    return;
+            Ok(n) => n,
+        };
+        // Take whatever else is already in the pipe without waiting: fewer, larger chunks when
+        // the child writes faster than the client reads, no added latency when it does not.
+        while n < buf.len() {
+            match reader.read(&mut buf[n..]).now_or_never() {
+                Some(Ok(0)) | Some(Err(_)) => {
+                    eof = true;
+                    break;
                 }
+                Some(Ok(more)) => n += more,
+                None => break,
             }
+        }
+        if tx
+            .send(Event::Output(stream, buf[..n].to_vec()))
+            .await
+            .is_err()
+        {
+            return;
         }
     }
     let _ = tx.send(Event::Eof).await;

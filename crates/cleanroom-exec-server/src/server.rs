@@ -176,7 +176,7 @@ async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) ->
     };
     let _ = stop.send(true);
     if !clients_done {
-        let _ = tokio::time::timeout(Duration::from_secs(2), clients).await;
+        let _ = clients.await;
     }
     Ok(())
 }

@@ -32,6 +32,10 @@ const QUEUE: usize = 256;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Interval of server pings.
 const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// How long shutdown waits for connections to end their sessions.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(15);
+/// Bytes fed to the socket before a flush.
+const BATCH_BYTES: usize = 1 << 20;
 /// A send that makes no progress for this long ends the connection (a client that never reads).
 const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -43,10 +47,12 @@ pub async fn serve_websocket(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(shared.max_connections));
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => break,
         };
         let tcp = match accepted {
             Ok((tcp, _)) => tcp,
@@ -67,13 +73,18 @@ pub async fn serve_websocket(
         let shared = shared.clone();
         let capability = capability.clone();
         let shutdown = shutdown.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             if let Err(e) = handle_socket(tcp, shared, &capability, shutdown).await {
                 tracing::debug!("connection ended: {e}");
             }
             drop(slot);
         });
     }
+    // Each connection closes with 1001 and ends its session; wait for them, boundedly.
+    let _ = tokio::time::timeout(SHUTDOWN_WAIT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
 }
 
 async fn handle_socket(
@@ -168,20 +179,47 @@ async fn run_websocket(
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
         loop {
-            let message = tokio::select! {
+            let first = tokio::select! {
                 message = outbound.recv() => match message {
-                    Some(Outbound::Text(text)) => Message::text(text),
-                    Some(Outbound::Close(code, reason)) => {
-                        let frame = CloseFrame { code: CloseCode::from(code), reason: reason.into() };
-                        let _ = tokio::time::timeout(Duration::from_secs(2), sink.send(Message::Close(Some(frame)))).await;
-                        return;
-                    }
+                    Some(message) => Some(message),
                     None => return,
                 },
-                _ = ping.tick() => Message::Ping(Vec::new().into()),
+                _ = ping.tick() => None,
             };
-            match tokio::time::timeout(STALL_TIMEOUT, sink.send(message)).await {
-                Ok(Ok(())) => {}
+            // Feed everything already queued, then flush once: one write for a burst.
+            let batch = async {
+                let mut next = match first {
+                    Some(message) => Some(message),
+                    None => {
+                        sink.feed(Message::Ping(Vec::new().into())).await?;
+                        outbound.try_recv().ok()
+                    }
+                };
+                let mut fed = 0usize;
+                while let Some(message) = next.take() {
+                    match message {
+                        Outbound::Text(text) => {
+                            fed += text.len();
+                            sink.feed(Message::text(text)).await?
+                        }
+                        Outbound::Close(code, reason) => {
+                            let frame = CloseFrame {
+                                code: CloseCode::from(code),
+                                reason: reason.into(),
+                            };
+                            sink.send(Message::Close(Some(frame))).await?;
+                            return Ok(false);
+                        }
+                    }
+                    if fed < BATCH_BYTES {
+                        next = outbound.try_recv().ok();
+                    }
+                }
+                sink.flush().await.map(|()| true)
+            };
+            match tokio::time::timeout(STALL_TIMEOUT, batch).await {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => return,
                 Ok(Err(e)) => {
                     tracing::debug!("send failed: {e}");
                     return;
