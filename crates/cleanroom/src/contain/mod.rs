@@ -145,11 +145,12 @@ impl Container {
     /// `reap` is called while waiting so that exited children of the runner do not linger as
     /// zombies. Returns the processes that had to be killed with SIGKILL.
     pub fn terminate(&self, grace: Duration, reap: &mut dyn FnMut()) -> Vec<ProcessInfo> {
-        terminate_set(&mut || self.members(), grace, reap, &mut || self.kill_all_once())
+        terminate_set(&mut || self.members(), grace, reap, &mut || self.kill_cgroup())
     }
 
-    /// One atomic kill of the whole run where the kernel offers it.
-    fn kill_all_once(&self) -> bool {
+    /// One atomic kill of the whole run where the kernel offers it (`cgroup.kill`); returns
+    /// whether it was done.
+    pub fn kill_cgroup(&self) -> bool {
         match &self.cgroup {
             Some(cgroup) => cgroup.kill().is_ok(),
             None => false,
