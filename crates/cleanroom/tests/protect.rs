@@ -537,6 +537,22 @@ try dev:full-read head -c 1 /dev/full
 }
 
 #[test]
+fn strict_mode_keeps_the_terminal_usable_for_interactive_programs() {
+    let fx = Fixture::new();
+    let protection = prepare(&fx.request(ProtectMode::Strict, NetMode::Host));
+    for who in [Who::Me, Who::Nobody] {
+        // `script` gives the child a pseudo-terminal; opening /dev/tty afresh needs the device
+        // grants (read, write and, from ABI 5, ioctl).
+        let output = fx.run(
+            &protection,
+            who,
+            r#"try tty script -qec 'stty size < /dev/tty && echo hello > /dev/tty' /dev/null"#,
+        );
+        assert_all(&output, "ALLOWED", &["tty"]);
+    }
+}
+
+#[test]
 fn off_mode_installs_no_policy() {
     let fx = Fixture::new();
     let protection = prepare(&fx.request(ProtectMode::Off, NetMode::Host));

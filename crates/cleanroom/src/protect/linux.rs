@@ -72,15 +72,19 @@ pub(crate) struct Grant {
 }
 
 /// Opens `path` for a Landlock rule without following a final symlink, and says whether it is
-/// a directory. `Ok(None)` for symlinks: a rule on a link's inode would be meaningless, and
-/// following it could grant a protected target.
+/// a directory. `Ok(None)` for symlinks (a rule on a link's inode would be meaningless, and
+/// following it could grant a protected target) and for paths that vanished since they were
+/// listed (no rule is stricter, never weaker).
 pub(crate) fn open_for_rule(path: &Path) -> Result<Option<Grant>> {
-    let fd = rustix::fs::open(
+    let fd = match rustix::fs::open(
         path,
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
-    )
-    .map_err(|e| Error::io("open for a Landlock rule", path, e))?;
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(Error::io("open for a Landlock rule", path, e)),
+    };
     let stat = rustix::fs::fstat(&fd).map_err(|e| Error::io("stat", path, e))?;
     let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
     Ok(match kind {

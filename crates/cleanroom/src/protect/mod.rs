@@ -29,7 +29,10 @@
 //! Known limits of the cover (inherent to an allowlist): new entries cannot be created directly
 //! inside an *ancestor* of a protected path (with the home `/root`, nothing new in `/`); entries
 //! of such ancestors created after [`Protection::prepare`] are read-only; a bind mount of a
-//! protected directory elsewhere is not protected.
+//! protected directory elsewhere is not protected. Landlock governs content and directory
+//! entries, not metadata: timestamps (`touch` of an existing file), mode, owner and extended
+//! attributes of protected files can still be changed where ordinary permissions allow it.
+//! `no_new_privs` is set, so set-uid programs do not gain privileges inside the run.
 //!
 //! # Landlock ABI levels
 //! The kernel's ABI is asked with `landlock_create_ruleset(.., LANDLOCK_CREATE_RULESET_VERSION)`
