@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use cleanroom::doctor;
 use cleanroom::protect::{
     Enforcement, NetMode, ProtectMode, Protection, ProtectionRequest, TEST_LANDLOCK_ABSENT_ENV,
+    TEST_LANDLOCK_MAX_ABI_ENV,
 };
 use cleanroom::Error;
 
@@ -188,6 +189,7 @@ const TRY: &str = r#"try() { label=$1; shift; if ( "$@" ) >/dev/null 2>&1; then 
 write() { echo new > "$1"; }
 append() { echo more >> "$1"; }
 shtruncate() { : > "$1"; }
+prename() { perl -e 'rename($ARGV[0], $ARGV[1]) or die "$!\n"' "$1" "$2"; }
 ptruncate() { perl -e 'truncate($ARGV[0], 0) or die "$!\n"' "$1"; }
 "#;
 
@@ -231,6 +233,14 @@ fn every_write_into(dir: &str, file: &str, label: &str) -> (String, Vec<String>)
         (
             "rename-into",
             format!("mv \"$O/movable.txt\" {dir}/moved.txt"),
+        ),
+        (
+            "rename(2)-into",
+            format!("prename \"$O/movable.txt\" {dir}/moved.txt"),
+        ),
+        (
+            "rename(2)-out",
+            format!("prename {dir}/{file} \"$O/stolen.txt\""),
         ),
         ("rename-out", format!("mv {dir}/{file} \"$O/stolen.txt\"")),
         (
@@ -612,17 +622,12 @@ fn prepare_rejects_a_protect_path_that_does_not_exist() {
     assert!(err.to_string().contains("--protect-path"), "{err}");
 }
 
-#[test]
-fn require_protection_fails_cleanly_where_landlock_is_absent() {
-    // The switch is process-wide, so the scenario runs in a fresh copy of this test binary.
+/// Runs the ignored test `scenario` in a fresh copy of this test binary with `var=value` set
+/// (the test-only switches are process-wide, so they must not leak into concurrent tests).
+fn run_scenario(scenario: &str, var: &str, value: &str) {
     let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "landlock_absent_scenario",
-            "--include-ignored",
-            "--test-threads=1",
-        ])
-        .env(TEST_LANDLOCK_ABSENT_ENV, "1")
+        .args(["--exact", scenario, "--include-ignored", "--test-threads=1"])
+        .env(var, value)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -633,10 +638,104 @@ fn require_protection_fails_cleanly_where_landlock_is_absent() {
     );
 }
 
+fn switch_is(var: &str, value: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| v == value)
+}
+
+#[test]
+fn require_protection_fails_cleanly_where_landlock_is_absent() {
+    run_scenario("landlock_absent_scenario", TEST_LANDLOCK_ABSENT_ENV, "1");
+}
+
+#[test]
+fn an_abi_2_kernel_gets_partial_protection_that_misses_only_truncate() {
+    run_scenario("landlock_abi_2_scenario", TEST_LANDLOCK_MAX_ABI_ENV, "2");
+}
+
+#[test]
+fn an_abi_1_kernel_gets_partial_protection_and_refuses_every_cross_directory_rename() {
+    run_scenario("landlock_abi_1_scenario", TEST_LANDLOCK_MAX_ABI_ENV, "1");
+}
+
+#[test]
+#[ignore = "run by an_abi_2_kernel_gets_partial_protection_that_misses_only_truncate"]
+fn landlock_abi_2_scenario() {
+    if !switch_is(TEST_LANDLOCK_MAX_ABI_ENV, "2") {
+        return;
+    }
+    let fx = Fixture::new();
+    let mut request = fx.request(ProtectMode::Home, NetMode::Host);
+    request.require = true;
+    let err = Protection::prepare(&request).unwrap_err();
+    assert!(
+        matches!(&err, Error::Unsupported { reason, .. } if reason.contains("truncate")),
+        "{err:?}"
+    );
+    request.require = false;
+    let protection = prepare(&request);
+    let status = protection.status();
+    assert_eq!(status.enforcement, Enforcement::Partial);
+    assert_eq!(status.landlock_abi, Some(2));
+    assert!(status.warning().unwrap().contains("only partly enforced"));
+    let (script, all) = every_write_into("\"$H\"", "existing.txt", "home");
+    let output = fx.run(
+        &protection,
+        Who::Me,
+        &format!("{script}try root:rename-to-cwd prename \"$R/movable.txt\" ./moved.txt\n"),
+    );
+    // The kernel still refuses everything but truncate(2), which ABI 2 cannot express.
+    let refused: Vec<&str> = labels(&all)
+        .into_iter()
+        .filter(|l| *l != "home:truncate(2)")
+        .collect();
+    assert_all(&output, "REFUSED", &refused);
+    assert_all(
+        &output,
+        "ALLOWED",
+        &["home:truncate(2)", "root:rename-to-cwd"],
+    );
+    assert_eq!(
+        fs::read_to_string(fx.home.join("existing.txt")).unwrap(),
+        ""
+    );
+    let report = doctor::probe();
+    assert_eq!(report.landlock.abi, Some(2));
+    assert_eq!(report.protection.choice, "partial");
+}
+
+#[test]
+#[ignore = "run by an_abi_1_kernel_gets_partial_protection_and_refuses_every_cross_directory_rename"]
+fn landlock_abi_1_scenario() {
+    if !switch_is(TEST_LANDLOCK_MAX_ABI_ENV, "1") {
+        return;
+    }
+    let fx = Fixture::new();
+    let protection = prepare(&fx.request(ProtectMode::Home, NetMode::Host));
+    let status = protection.status();
+    assert_eq!(status.enforcement, Enforcement::Partial);
+    assert!(status.reason.as_deref().unwrap().contains("ABI 1"));
+    let output = fx.run(
+        &protection,
+        Who::Me,
+        r#"
+try home:create write "$H/new.txt"
+try home:rename-into mv "$O/movable.txt" "$H/moved.txt"
+try root:rename-within prename "$R/movable.txt" "$R/renamed.txt"
+try root:rename-to-cwd prename "$R/renamed.txt" ./moved.txt
+"#,
+    );
+    assert_all(&output, "REFUSED", &["home:create", "home:rename-into"]);
+    assert_all(&output, "ALLOWED", &["root:rename-within"]);
+    // Without the Refer right the kernel refuses to reparent anything (EXDEV), even between
+    // two writable directories; `mv` would fall back to copying, rename(2) does not.
+    assert_all(&output, "REFUSED", &["root:rename-to-cwd"]);
+    assert!(fx.root.join("renamed.txt").exists());
+}
+
 #[test]
 #[ignore = "run by require_protection_fails_cleanly_where_landlock_is_absent with the switch set"]
 fn landlock_absent_scenario() {
-    if std::env::var_os(TEST_LANDLOCK_ABSENT_ENV).is_none_or(|v| v != "1") {
+    if !switch_is(TEST_LANDLOCK_ABSENT_ENV, "1") {
         return;
     }
     let fx = Fixture::new();

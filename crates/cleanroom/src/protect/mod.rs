@@ -51,7 +51,7 @@
 //! ABI 1 and 2 give **partial** enforcement (a protected file can still be cut with
 //! `truncate(2)`); no Landlock gives **none**. For tests, setting the environment variable
 //! [`TEST_LANDLOCK_ABSENT_ENV`] to `1` makes [`Protection::prepare`] and the doctor behave as on
-//! a kernel without Landlock.
+//! a kernel without Landlock, and [`TEST_LANDLOCK_MAX_ABI_ENV`] to N as on a kernel with ABI N.
 //!
 //! # Network
 //! `--net none` puts the command in a new network namespace whose only interface, `lo`, is up:
@@ -78,6 +78,11 @@ use crate::{Error, Result};
 /// Landlock. Test-only: it exists so `--require-protection` can be tested on a kernel that has
 /// Landlock; it can only weaken what cleanroom asks of the kernel, never fake a result.
 pub const TEST_LANDLOCK_ABSENT_ENV: &str = "CLEANROOM_TEST_LANDLOCK_ABSENT";
+
+/// Environment variable that, set to a number N >= 1, makes this process use at most Landlock
+/// ABI N (`min(kernel, N)`). Test-only: the kernel really enforces the older ABI's ruleset, so
+/// the behaviour of older kernels can be observed on a new one; it can only weaken the policy.
+pub const TEST_LANDLOCK_MAX_ABI_ENV: &str = "CLEANROOM_TEST_LANDLOCK_MAX_ABI";
 
 /// Device files that stay writable (read, write, ioctl) in every mode that restricts writes.
 pub const DEVICE_FILES: &[&str] = &[
@@ -380,29 +385,45 @@ impl Protection {
     /// Installs the policy on `command` (applied in the child before exec, so it covers the
     /// command and everything it starts). Hooks added to `command` earlier run before it.
     pub fn configure(&self, command: &mut Command) {
+        if let Some(hook) = self.child_hook() {
+            // SAFETY: the hook runs between fork and exec and only makes raw, async-signal-safe
+            // system calls on data captured before the fork (see `linux::apply_in_child`).
+            unsafe {
+                command.pre_exec(hook);
+            }
+        }
+    }
+
+    /// The function that applies the policy to the calling process, for spawners that do not
+    /// use `std::process::Command` (tokio's `pre_exec`, a `clone3` child): call it in the child,
+    /// after fork and before exec, as the last step before exec. It is async-signal-safe (raw
+    /// system calls only, no allocation) and keeps the ruleset open for as long as it lives.
+    /// `None` when there is nothing to apply.
+    pub fn child_hook(&self) -> Option<impl Fn() -> std::io::Result<()> + Send + Sync + 'static> {
         if self.ruleset.is_none() && !self.isolate_net {
-            return;
+            return None;
         }
         let ruleset = self.ruleset.clone();
         let isolate_net = self.isolate_net;
-        let hook =
-            move || linux::apply_in_child(isolate_net, ruleset.as_ref().map(|fd| fd.as_raw_fd()));
-        // SAFETY: the hook runs between fork and exec and only makes raw, async-signal-safe
-        // system calls on data captured before the fork (see `linux::apply_in_child`).
-        unsafe {
-            command.pre_exec(hook);
-        }
+        Some(move || linux::apply_in_child(isolate_net, ruleset.as_ref().map(|fd| fd.as_raw_fd())))
     }
 }
 
-/// The kernel's Landlock ABI, or why there is none (including the test-only switch).
+/// The Landlock ABI to use, or why there is none (including the test-only switches).
 pub(crate) fn landlock_support() -> std::result::Result<u32, String> {
     if std::env::var_os(TEST_LANDLOCK_ABSENT_ENV).is_some_and(|v| v == "1") {
         return Err(format!(
             "Landlock is treated as absent because {TEST_LANDLOCK_ABSENT_ENV}=1 (test-only switch)"
         ));
     }
-    linux::landlock_abi()
+    let abi = linux::landlock_abi()?;
+    let cap = std::env::var(TEST_LANDLOCK_MAX_ABI_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok());
+    Ok(match cap {
+        Some(cap) if cap >= 1 && cap < abi => cap,
+        _ => abi,
+    })
 }
 
 /// How fully a Landlock ABI enforces `home` and `strict`, and why not fully.
