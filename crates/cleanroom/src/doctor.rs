@@ -219,8 +219,15 @@ fn probe_landlock() -> LandlockCheck {
         Ok(abi) => LandlockCheck {
             abi: Some(abi),
             detail: format!(
-                "Landlock ABI {abi} (cleanroom uses up to ABI {})",
-                linux::NEWEST_VETTED_ABI
+                "Landlock ABI {abi} (cleanroom uses up to ABI {}){}",
+                linux::NEWEST_VETTED_ABI,
+                match linux::landlock_abi() {
+                    Ok(kernel) if kernel != abi => format!(
+                        "; the kernel has ABI {kernel}, capped by the test-only switch {}",
+                        protect::TEST_LANDLOCK_MAX_ABI_ENV
+                    ),
+                    _ => String::new(),
+                }
             ),
             features: LANDLOCK_FEATURES
                 .iter()
@@ -262,7 +269,12 @@ fn probe_cgroup() -> CgroupCheck {
             detail: "no cgroup v2 entry (0::) in /proc/self/cgroup".into(),
         };
     };
-    let parent = mount_point.join(own_path.trim_start_matches('/'));
+    let relative = own_path.trim_start_matches('/');
+    let parent = if relative.is_empty() {
+        mount_point
+    } else {
+        mount_point.join(relative)
+    };
     let mut nonce = [0u8; 6];
     let suffix = match getrandom::fill(&mut nonce) {
         Ok(()) => nonce.iter().map(|b| format!("{b:02x}")).collect::<String>(),
@@ -353,7 +365,7 @@ impl fmt::Display for DoctorReport {
         writeln!(f)?;
         writeln!(f, "this machine")?;
         match self.landlock.abi {
-            Some(abi) => writeln!(f, "  landlock            ABI {abi}")?,
+            Some(_) => writeln!(f, "  landlock            {}", self.landlock.detail)?,
             None => writeln!(f, "  landlock            no: {}", self.landlock.detail)?,
         }
         for feature in &self.landlock.features {
@@ -370,10 +382,14 @@ impl fmt::Display for DoctorReport {
         }
         writeln!(
             f,
-            "  cgroup v2           {} (mount {}, own cgroup {}): {}",
-            if self.cgroup.can_create { "yes" } else { "no" },
+            "  cgroup v2           mount {}, own cgroup {}",
             path_or_none(self.cgroup.mount.as_deref()),
             self.cgroup.own.as_deref().unwrap_or("none"),
+        )?;
+        writeln!(
+            f,
+            "  child cgroup        {} ({})",
+            if self.cgroup.can_create { "yes" } else { "no" },
             self.cgroup.detail
         )?;
         writeln!(f)?;

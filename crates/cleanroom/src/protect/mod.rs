@@ -18,11 +18,14 @@
 //!   of a protected path; ancestors are descended and their other entries granted; protected
 //!   paths get no rule. Reads are not handled at all (everything stays readable and executable).
 //! - `strict`: writes only beneath the root, the working directory, `--allow-write` paths and
-//!   the device files in [`DEVICE_FILES`].
+//!   the device files in [`DEVICE_FILES`]. Toolchain caches are not writable unless named with
+//!   `--allow-write` (offline `cargo test` with its dependencies already unpacked needs none;
+//!   `go test` needs `GOCACHE`).
 //!
 //! In both modes these are always writable, even inside a protected path ("the most specific
-//! path wins"): the root, the working directory, `allow_write` and the toolchain caches of
-//! [`toolchain_caches`]. A protected path that *equals* one of them stays protected. All paths
+//! path wins"): the root, the working directory, `allow_write`, and in `home` mode the toolchain
+//! caches of [`toolchain_caches`]. A protected path that *equals* one of them stays protected.
+//! All paths
 //! are canonicalized first (Landlock rules bind inodes), so a protected directory is protected
 //! whatever spelling the command uses: absolute, relative, through a symlink.
 //!
@@ -186,8 +189,8 @@ pub struct ProtectionRequest {
     pub root: PathBuf,
     /// The run's working directory.
     pub cwd: PathBuf,
-    /// Toolchain caches the run must be able to write even inside the real home (see
-    /// [`toolchain_caches`]); those that do not exist are skipped.
+    /// Toolchain caches the run must be able to write even inside the real home in `home` mode
+    /// (see [`toolchain_caches`]); those that do not exist are skipped. Not used by `strict`.
     pub writable_caches: Vec<PathBuf>,
 }
 
@@ -508,7 +511,7 @@ pub fn toolchain_caches(real_home: &Path, var: impl Fn(&str) -> Option<OsString>
 struct Plan {
     /// Read-only paths.
     protected: Vec<PathBuf>,
-    /// Writable exceptions (root, cwd, allow_write, existing caches).
+    /// Writable exceptions (root, cwd, allow_write, existing caches in `home` mode).
     exceptions: Vec<PathBuf>,
     /// Paths that get a write rule.
     grants: Vec<PathBuf>,
@@ -537,12 +540,14 @@ impl Plan {
         for path in &request.allow_write {
             exceptions.push(canonical_user_path(path, "--allow-write")?);
         }
-        exceptions.extend(
-            request
-                .writable_caches
-                .iter()
-                .filter_map(|cache| std::fs::canonicalize(cache).ok()),
-        );
+        if request.mode == ProtectMode::Home {
+            exceptions.extend(
+                request
+                    .writable_caches
+                    .iter()
+                    .filter_map(|cache| std::fs::canonicalize(cache).ok()),
+            );
+        }
         sort_dedup(&mut protected);
         sort_dedup(&mut exceptions);
         // A protected path that equals an exception stays protected.
