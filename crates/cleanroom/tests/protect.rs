@@ -456,6 +456,97 @@ fn home_mode_protects_the_real_home_from_an_unprivileged_user_that_permissions_w
 }
 
 #[test]
+fn home_mode_lets_a_project_inside_the_home_write_only_its_own_directory() {
+    let fx = Fixture::new();
+    let project = fx.home.join("src/project");
+    fs::create_dir_all(&project).unwrap();
+    let mut request = fx.request(ProtectMode::Home, NetMode::Host);
+    request.cwd = project.clone();
+    let protection = prepare(&request);
+    let mut command = shell(
+        Who::Me,
+        &format!(
+            "{TRY}try cwd:build mkdir -p target/debug\ntry cwd:write write target/debug/out\n\
+             try home-sibling write ../sibling.txt\ntry home-top write \"$H/top.txt\"\n\
+             try project-itself mv \"$H/src/project\" \"$H/src/moved\"\n"
+        ),
+    );
+    command.current_dir(&project).env("H", &fx.home);
+    protection.configure(&mut command);
+    let output = command.output().unwrap();
+    assert_all(&output, "ALLOWED", &["cwd:build", "cwd:write"]);
+    assert_all(
+        &output,
+        "REFUSED",
+        &["home-sibling", "home-top", "project-itself"],
+    );
+    assert!(project.join("target/debug/out").is_file());
+}
+
+#[test]
+fn home_mode_protects_a_single_file_named_with_protect_path() {
+    let fx = Fixture::new();
+    let secret = fx.outside.join("config.toml");
+    fs::write(&secret, PRECIOUS).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o666)).unwrap();
+    let mut request = fx.request(ProtectMode::Home, NetMode::Host);
+    request.protect_paths.push(secret.clone());
+    let protection = prepare(&request);
+    let output = fx.run(
+        &protection,
+        Who::Nobody,
+        r#"
+try file:overwrite write "$O/config.toml"
+try file:truncate ptruncate "$O/config.toml"
+try file:unlink rm -f "$O/config.toml"
+try file:replace prename "$R/movable.txt" "$O/config.toml"
+try sibling:overwrite write "$O/movable.txt"
+"#,
+    );
+    assert_all(
+        &output,
+        "REFUSED",
+        &[
+            "file:overwrite",
+            "file:truncate",
+            "file:unlink",
+            "file:replace",
+        ],
+    );
+    // Existing siblings stay writable (new ones cannot be created: `outside` is now an
+    // ancestor of a protected path, see `no_new_entries_in`).
+    assert_all(&output, "ALLOWED", &["sibling:overwrite"]);
+    assert_eq!(fs::read_to_string(&secret).unwrap(), PRECIOUS);
+    assert!(protection.status().no_new_entries_in.contains(&fx.outside));
+}
+
+#[test]
+fn home_mode_refuses_to_move_or_replace_the_home_itself() {
+    let fx = Fixture::new();
+    let protection = prepare(&fx.request(ProtectMode::Home, NetMode::Host));
+    let output = fx.run(
+        &protection,
+        Who::Me,
+        r#"
+try rename-away prename "$H" "$B/old-home"
+try rename-over prename "$R" "$H"
+try rmdir rmdir "$H"
+try rm-rf rm -rf "$H"
+"#,
+    );
+    assert_all(
+        &output,
+        "REFUSED",
+        &["rename-away", "rename-over", "rmdir", "rm-rf"],
+    );
+    assert_eq!(
+        fs::read_to_string(fx.home.join("existing.txt")).unwrap(),
+        PRECIOUS
+    );
+    assert!(fx.root.is_dir());
+}
+
+#[test]
 fn protection_applies_to_the_whole_process_tree() {
     let fx = Fixture::new();
     let protection = prepare(&fx.request(ProtectMode::Home, NetMode::Host));
