@@ -63,6 +63,7 @@
 //! beyond loopback fails at once with "network unreachable".
 
 pub(crate) mod linux;
+mod plan;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -76,6 +77,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::{Error, Result};
+use plan::Plan;
 
 /// Environment variable that, set to `1`, makes this process behave as if the kernel had no
 /// Landlock. Test-only: it exists so `--require-protection` can be tested on a kernel that has
@@ -506,116 +508,46 @@ pub fn toolchain_caches(real_home: &Path, var: impl Fn(&str) -> Option<OsString>
     ]
 }
 
-/// The paths of a filesystem policy, canonicalized, before any descriptor is opened.
-#[derive(Debug)]
-struct Plan {
-    /// Read-only paths.
-    protected: Vec<PathBuf>,
-    /// Writable exceptions (root, cwd, allow_write, existing caches in `home` mode).
-    exceptions: Vec<PathBuf>,
-    /// Paths that get a write rule.
-    grants: Vec<PathBuf>,
-    /// Ancestors of protected paths that were descended instead of granted.
-    ancestors: Vec<PathBuf>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Plan {
-    fn build(request: &ProtectionRequest) -> Result<Plan> {
-        let mut protected = Vec::new();
-        if let Some(home) = &request.real_home {
-            match std::fs::canonicalize(home) {
-                Ok(home) => protected.push(home),
-                Err(e) => tracing::debug!(home = %home.display(), "real home not protected: {e}"),
-            }
-        }
-        for path in &request.protect_paths {
-            protected.push(canonical_user_path(path, "--protect-path")?);
-        }
-        let mut exceptions = vec![
-            std::fs::canonicalize(&request.root)
-                .map_err(|e| Error::io("resolve the run root", &request.root, e))?,
-            std::fs::canonicalize(&request.cwd)
-                .map_err(|e| Error::io("resolve the working directory", &request.cwd, e))?,
-        ];
-        for path in &request.allow_write {
-            exceptions.push(canonical_user_path(path, "--allow-write")?);
-        }
-        if request.mode == ProtectMode::Home {
-            exceptions.extend(
-                request
-                    .writable_caches
-                    .iter()
-                    .filter_map(|cache| std::fs::canonicalize(cache).ok()),
-            );
-        }
-        sort_dedup(&mut protected);
-        sort_dedup(&mut exceptions);
-        // A protected path that equals an exception stays protected.
-        exceptions.retain(|e| !protected.contains(e));
-
-        let mut starts: Vec<PathBuf> = exceptions.clone();
-        if request.mode == ProtectMode::Home {
-            starts.push(PathBuf::from("/"));
-        }
-        let mut grants = Vec::new();
-        let mut ancestors = Vec::new();
-        for start in &starts {
-            cover(start, &protected, &mut grants, &mut ancestors);
-        }
-        sort_dedup(&mut grants);
-        sort_dedup(&mut ancestors);
-        Ok(Plan {
-            protected,
-            exceptions,
-            grants,
-            ancestors,
-        })
+    #[test]
+    fn toolchain_caches_follow_the_environment_then_the_real_home() {
+        let home = Path::new("/home/u");
+        let defaults = toolchain_caches(home, |_| None);
+        assert_eq!(
+            defaults,
+            [
+                "/home/u/.cargo",
+                "/home/u/go/pkg/mod",
+                "/home/u/.cache/go-build",
+                "/home/u/.npm",
+                "/home/u/.cache/pip",
+                "/home/u/.cache/yarn",
+                "/home/u/.bun/install/cache",
+            ]
+            .map(PathBuf::from)
+        );
+        let set = toolchain_caches(home, |name| match name {
+            "CARGO_HOME" => Some("/opt/cargo".into()),
+            "GOPATH" => Some("/g1:/g2".into()),
+            "XDG_CACHE_HOME" => Some("/xdg".into()),
+            _ => None,
+        });
+        assert_eq!(set[0], Path::new("/opt/cargo"));
+        assert_eq!(set[1], Path::new("/g1/pkg/mod"));
+        assert_eq!(set[2], Path::new("/xdg/go-build"));
     }
-}
 
-/// Grants `path` unless it is protected or contains a protected path; in that last case,
-/// descends and grants its other entries (symlinks are skipped: their targets are reached by
-/// their own canonical path).
-fn cover(
-    path: &Path,
-    protected: &[PathBuf],
-    grants: &mut Vec<PathBuf>,
-    ancestors: &mut Vec<PathBuf>,
-) {
-    if protected.iter().any(|p| p == path) {
-        return;
-    }
-    if !protected.iter().any(|p| p.starts_with(path)) {
-        grants.push(path.to_path_buf());
-        return;
-    }
-    ancestors.push(path.to_path_buf());
-    let entries = match std::fs::read_dir(path) {
-        Ok(entries) => entries,
-        Err(e) => {
-            // Nothing below it is granted: stricter, never weaker.
-            tracing::debug!(path = %path.display(), "cannot list an ancestor of a protected path: {e}");
-            return;
+    #[test]
+    fn modes_parse_and_print_the_cli_spelling() {
+        for mode in ["off", "home", "strict"] {
+            assert_eq!(mode.parse::<ProtectMode>().unwrap().to_string(), mode);
         }
-    };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| !t.is_symlink()) {
-            cover(&entry.path(), protected, grants, ancestors);
+        for net in ["host", "none"] {
+            assert_eq!(net.parse::<NetMode>().unwrap().to_string(), net);
         }
+        assert!("HOME".parse::<ProtectMode>().is_err());
     }
-}
-
-/// Canonicalizes a path the user named, with an error that names the option.
-fn canonical_user_path(path: &Path, option: &str) -> Result<PathBuf> {
-    std::fs::canonicalize(path).map_err(|e| {
-        Error::Invalid(format!(
-            "{option} {}: cannot resolve the path: {e}",
-            path.display()
-        ))
-    })
-}
-
-fn sort_dedup(paths: &mut Vec<PathBuf>) {
-    paths.sort();
-    paths.dedup();
 }
