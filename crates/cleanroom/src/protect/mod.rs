@@ -25,9 +25,12 @@
 //! In both modes these are always writable, even inside a protected path ("the most specific
 //! path wins"): the root, the working directory, `allow_write`, and in `home` mode the toolchain
 //! caches of [`toolchain_caches`]. A protected path that *equals* one of them stays protected.
-//! All paths
-//! are canonicalized first (Landlock rules bind inodes), so a protected directory is protected
-//! whatever spelling the command uses: absolute, relative, through a symlink.
+//! All paths are canonicalized first (Landlock rules bind inodes), so a protected directory is
+//! protected whatever spelling the command uses: absolute, relative, through a symlink.
+//!
+//! The policy applies from exec on: descriptors the command inherits keep their rights, and
+//! `prepare` forks a short probe child for `--net none`, reaped by its pid (a runner that reaps
+//! with `waitpid(-1)` on another thread could steal it).
 //!
 //! Known limits of the cover (inherent to an allowlist): new entries cannot be created directly
 //! inside an *ancestor* of a protected path (with the home `/root`, nothing new in `/`); entries
