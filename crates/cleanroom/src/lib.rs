@@ -9,6 +9,7 @@
 //! - [`protect`]: kernel-enforced write protection (Landlock) and network isolation;
 //! - [`lock`]: exclusive runs that must not overlap;
 //! - [`run`]: the lifecycle that ties them together;
+//! - [`doctor`]: what this machine allows, and which containment and protection `run` uses;
 //! - [`remove`]: fd-relative, symlink-proof, mount-aware removal of a root;
 //! - [`reclaim`]: `gc` and `list`, reclaiming stale roots only on proof of death;
 //! - [`report`]: the versioned JSON report of a run.
@@ -16,6 +17,7 @@
 #![cfg(target_os = "linux")]
 
 pub mod contain;
+pub mod doctor;
 pub mod duration;
 pub mod env;
 mod error;
