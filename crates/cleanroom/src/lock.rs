@@ -29,6 +29,13 @@
 //!   alive and has the joiner's euid. Members never take or release the kernel lock; only the
 //!   original holder releases, when its [`HeldLocks`] is dropped.
 //!
+//! Waiting polls `try_lock` every 10 ms, backing off to 100 ms, so a timeout is honoured within
+//! one pause and a lock freed by a crash is taken within 100 ms; the first "waiting for lock
+//! NAME, held by run ID (pid P, command C, since T)" notice goes out after the first failed
+//! attempt, and again every [`NOTICE_INTERVAL`]. A crashed holder leaves its record and token
+//! file behind (described as stale, never trusted); the next holder of the same uid replaces
+//! them.
+//!
 //! # Environment
 //! [`acquire`] and [`list`] read two variables of the calling process ([`acquire_in`] and
 //! [`list_in`] take them as a [`LockEnv`] instead):
@@ -376,7 +383,8 @@ struct Holding {
 
 impl HeldLocks {
     /// Variables the run's children get so that nested runs can join instead of deadlocking:
-    /// [`TOKENS_ENV`] with every inherited capability plus one per lock held or joined.
+    /// [`TOKENS_ENV`] with every inherited capability plus one per lock held or joined. Empty
+    /// when there is nothing to pass on (then an inherited variable may pass through as is).
     pub fn child_env(&self) -> Vec<(String, String)> {
         let mut caps = self.inherited.clone();
         for lock in &self.locks {
