@@ -52,9 +52,15 @@ pub fn gc_main(args: GcArgs, global: &Global) -> u8 {
         Ok(Some(ns)) => ns,
         Ok(None) => {
             if args.json {
-                println!("{}", serde_json::to_string(&reclaim::GcSummary::default()).expect("json"));
+                println!(
+                    "{}",
+                    serde_json::to_string(&reclaim::GcSummary::default()).expect("json")
+                );
             } else {
-                eprintln!("cleanroom: nothing to do: {} does not exist", global.namespace_path().display());
+                eprintln!(
+                    "cleanroom: nothing to do: {} does not exist",
+                    global.namespace_path().display()
+                );
             }
             return 0;
         }
@@ -68,8 +74,10 @@ pub fn gc_main(args: GcArgs, global: &Global) -> u8 {
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::hidden();
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} reclaiming {pos}/{len} stale roots {wide_bar} {eta}")
-                .expect("template"),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} reclaiming {pos}/{len} stale roots {wide_bar} {eta}",
+            )
+            .expect("template"),
         );
         bar
     });
@@ -89,7 +97,11 @@ pub fn gc_main(args: GcArgs, global: &Global) -> u8 {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
     } else {
-        let verb = if summary.dry_run { "would remove" } else { "removed" };
+        let verb = if summary.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        };
         for name in &summary.removed_names {
             println!("{verb} {}", ns.path().join(name).display());
         }
@@ -138,7 +150,10 @@ pub fn list_main(args: ListArgs, global: &Global) -> u8 {
             EntryState::Locks => "locks",
             EntryState::Foreign => "foreign",
         };
-        let pid = e.owner_pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+        let pid = e
+            .owner_pid
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "-".into());
         let age = e.age_secs.map(human_age).unwrap_or_else(|| "-".into());
         let size = e.size_bytes.map(human_bytes).unwrap_or_default();
         println!(

@@ -234,10 +234,12 @@ fn print_summary(report: &RunReport) {
     if let Some(cleanup) = &report.cleanup {
         match &cleanup.status {
             RemovalStatus::Removed => {}
-            RemovalStatus::Leftover(reason) | RemovalStatus::Refused(reason) => notes.push(format!(
+            RemovalStatus::Leftover(reason) | RemovalStatus::Refused(reason) => {
+                notes.push(format!(
                 "cleanup incomplete: {} left ({reason}); the next `cleanroom gc` or run retries it",
                 cleanup.path.display()
-            )),
+            ))
+            }
         }
     }
     if report.kept_root {

@@ -4,7 +4,7 @@
 //! The parts, in the order a run uses them:
 //! - [`namespace`]: the per-user directory that holds every root, verified on every open;
 //! - [`root`] and [`marker`]: one run's directory and the file that proves it is ours;
-//! - [`env`]: the child's environment, with HOME, temp and XDG dirs pinned inside the root;
+//! - [`mod@env`]: the child's environment, with HOME, temp and XDG dirs pinned inside the root;
 //! - [`contain`]: every process of the run, found by membership and killed at the end;
 //! - [`protect`]: kernel-enforced write protection (Landlock) and network isolation;
 //! - [`lock`]: exclusive runs that must not overlap;

@@ -142,7 +142,10 @@ struct Judged {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
 }
 
 /// Empty pending or trash directories younger than this are left to their creator.
@@ -171,7 +174,9 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
         }
     };
     match kind {
-        EntryKind::Foreign => return done(entry, EntryState::Foreign, "name is not cleanroom's".into()),
+        EntryKind::Foreign => {
+            return done(entry, EntryState::Foreign, "name is not cleanroom's".into())
+        }
         EntryKind::Locks => return done(entry, EntryState::Locks, "exclusive-run locks".into()),
         _ => {}
     }
@@ -181,10 +186,18 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
         Err(e) => return done(entry, EntryState::Foreign, format!("cannot inspect: {e}")),
     };
     if FileType::from_raw_mode(before.st_mode) != FileType::Directory {
-        return done(entry, EntryState::Foreign, "not a directory (symlinks are never followed)".into());
+        return done(
+            entry,
+            EntryState::Foreign,
+            "not a directory (symlinks are never followed)".into(),
+        );
     }
     if before.st_uid != ns.euid() {
-        return done(entry, EntryState::Foreign, format!("owned by uid {}", before.st_uid));
+        return done(
+            entry,
+            EntryState::Foreign,
+            format!("owned by uid {}", before.st_uid),
+        );
     }
     entry.age_secs = Some(now_secs().saturating_sub(before.st_ctime as u64));
     let dir = match rustix::fs::openat(
@@ -198,18 +211,25 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
     };
     match rustix::fs::fstat(&dir) {
         Ok(st) if (st.st_dev, st.st_ino) == (before.st_dev, before.st_ino) => {}
-        _ => return done(entry, EntryState::Live, "replaced while being inspected".into()),
+        _ => {
+            return done(
+                entry,
+                EntryState::Live,
+                "replaced while being inspected".into(),
+            )
+        }
     }
     let marker = match Marker::read(dir.as_fd(), ns.euid()) {
         Ok(m) => m,
         Err(problem) => {
             let empty = is_empty_dir(&dir);
             let old = entry.age_secs.unwrap_or(0) >= EMPTY_DIR_MIN_AGE;
-            let mut judged = if kind != EntryKind::Root && empty && (old || kind == EntryKind::Trash) {
-                done(entry, EntryState::Leftover, format!("empty, {problem}"))
-            } else {
-                done(entry, EntryState::Foreign, problem.to_string())
-            };
+            let mut judged =
+                if kind != EntryKind::Root && empty && (old || kind == EntryKind::Trash) {
+                    done(entry, EntryState::Leftover, format!("empty, {problem}"))
+                } else {
+                    done(entry, EntryState::Foreign, problem.to_string())
+                };
             if judged.entry.state == EntryState::Leftover {
                 judged.dir = Some(dir);
             }
@@ -217,7 +237,11 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
         }
     };
     if marker.run_id != run_id {
-        return done(entry, EntryState::Foreign, format!("marker names another run ({})", marker.run_id));
+        return done(
+            entry,
+            EntryState::Foreign,
+            format!("marker names another run ({})", marker.run_id),
+        );
     }
     entry.run_id = Some(marker.run_id.clone());
     entry.owner_pid = Some(marker.owner.pid);
@@ -237,20 +261,33 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
         };
     }
     let (state, reason) = match marker.owner.liveness(&marker.host, here) {
-        Liveness::Alive => (EntryState::Live, format!("owner pid {} is alive", marker.owner.pid)),
+        Liveness::Alive => (
+            EntryState::Live,
+            format!("owner pid {} is alive", marker.owner.pid),
+        ),
         Liveness::Unknown => (
             EntryState::Live,
             "owner ran in another pid namespace or host; cannot prove it is dead".to_string(),
         ),
-        Liveness::Dead if marker.keep && !include_kept => {
-            (EntryState::Kept, "kept with --keep-root (gc --kept reclaims it)".to_string())
+        Liveness::Dead if marker.keep && !include_kept => (
+            EntryState::Kept,
+            "kept with --keep-root (gc --kept reclaims it)".to_string(),
+        ),
+        Liveness::Dead if kind == EntryKind::Trash => {
+            (EntryState::Leftover, "removal did not finish".to_string())
         }
-        Liveness::Dead if kind == EntryKind::Trash => (EntryState::Leftover, "removal did not finish".to_string()),
-        Liveness::Dead => (EntryState::Stale, format!("owner pid {} is gone", marker.owner.pid)),
+        Liveness::Dead => (
+            EntryState::Stale,
+            format!("owner pid {} is gone", marker.owner.pid),
+        ),
     };
     let keep_dir = matches!(state, EntryState::Stale | EntryState::Leftover);
     Judged {
-        entry: Entry { state, reason, ..entry },
+        entry: Entry {
+            state,
+            reason,
+            ..entry
+        },
         kind,
         dir: keep_dir.then_some(dir),
         marker: Some(marker),
@@ -320,11 +357,15 @@ pub fn list(ns: &Namespace, sizes: bool) -> Vec<Entry> {
 /// Bytes used by a tree, without following symlinks or crossing devices.
 fn disk_usage(path: PathBuf) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    let Ok(top) = std::fs::symlink_metadata(&path) else { return 0 };
+    let Ok(top) = std::fs::symlink_metadata(&path) else {
+        return 0;
+    };
     let mut total = 0;
     let mut stack = vec![path];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for e in entries.flatten() {
             let Ok(m) = e.metadata() else { continue };
             total += m.blocks() * 512;
@@ -343,14 +384,20 @@ fn free_bytes(ns: &Namespace) -> u64 {
 }
 
 /// Reclaims stale roots and leftovers of `ns`. `progress(done, total)` is called per candidate.
-pub fn gc(ns: &Namespace, options: &GcOptions, progress: &mut dyn FnMut(usize, usize)) -> GcSummary {
+pub fn gc(
+    ns: &Namespace,
+    options: &GcOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> GcSummary {
     let started = Instant::now();
     let mut summary = GcSummary {
         dry_run: options.dry_run,
         ..GcSummary::default()
     };
     let Ok(here) = Host::current() else {
-        summary.errors.push("cannot read boot id; nothing can be proven stale".into());
+        summary
+            .errors
+            .push("cannot read boot id; nothing can be proven stale".into());
         return summary;
     };
     let free_before = free_bytes(ns);
@@ -375,8 +422,14 @@ pub fn gc(ns: &Namespace, options: &GcOptions, progress: &mut dyn FnMut(usize, u
     };
     let total = candidates.len();
     for (done, judged) in candidates.into_iter().enumerate() {
-        let over_time = options.budget.max_time.is_some_and(|t| started.elapsed() >= t);
-        let over_count = options.budget.max_count.is_some_and(|n| summary.removed >= n);
+        let over_time = options
+            .budget
+            .max_time
+            .is_some_and(|t| started.elapsed() >= t);
+        let over_count = options
+            .budget
+            .max_count
+            .is_some_and(|n| summary.removed >= n);
         if over_time || over_count {
             summary.truncated = true;
             break;
@@ -391,9 +444,11 @@ pub fn gc(ns: &Namespace, options: &GcOptions, progress: &mut dyn FnMut(usize, u
         let name = judged.entry.name.clone();
         if let Some(marker) = &judged.marker {
             if tagged.contains_key(&marker.run_id) || marker.cgroup.is_some() {
-                summary
-                    .killed
-                    .extend(contain::kill_orphans(&marker.run_id, ns.euid(), marker.cgroup.as_deref()));
+                summary.killed.extend(contain::kill_orphans(
+                    &marker.run_id,
+                    ns.euid(),
+                    marker.cgroup.as_deref(),
+                ));
             }
         } else {
             // An empty pending or trash directory: rmdir only, never recursive.
@@ -403,7 +458,9 @@ pub fn gc(ns: &Namespace, options: &GcOptions, progress: &mut dyn FnMut(usize, u
                     summary.removed += 1;
                     summary.removed_names.push(name);
                 }
-                Err(e) => summary.errors.push(format!("{}: {e}", ns.path().join(&name).display())),
+                Err(e) => summary
+                    .errors
+                    .push(format!("{}: {e}", ns.path().join(&name).display())),
             }
             continue;
         }
@@ -413,9 +470,9 @@ pub fn gc(ns: &Namespace, options: &GcOptions, progress: &mut dyn FnMut(usize, u
                 summary.removed += 1;
                 summary.removed_names.push(name);
             }
-            RemovalStatus::Leftover(reason) | RemovalStatus::Refused(reason) => {
-                summary.errors.push(format!("{}: {reason}", removal.path.display()))
-            }
+            RemovalStatus::Leftover(reason) | RemovalStatus::Refused(reason) => summary
+                .errors
+                .push(format!("{}: {reason}", removal.path.display())),
         }
     }
     progress(total, total);
@@ -432,10 +489,14 @@ fn tagged_processes(uid: u32) -> HashMap<String, Vec<i32>> {
         if pid == me || process::real_uid(pid) != Some(uid) {
             continue;
         }
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
         for var in environ.split(|&b| b == 0) {
             if let Some(value) = var.strip_prefix(prefix.as_bytes()) {
-                map.entry(String::from_utf8_lossy(value).into_owned()).or_default().push(pid);
+                map.entry(String::from_utf8_lossy(value).into_owned())
+                    .or_default()
+                    .push(pid);
             }
         }
     }

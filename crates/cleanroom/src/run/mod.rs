@@ -30,7 +30,9 @@ use crate::namespace::Namespace;
 use crate::process::ProcessInfo;
 use crate::protect::{NetMode, ProtectMode, Protection, ProtectionRequest};
 use crate::reclaim::{self, Budget, GcOptions};
-use crate::report::{ContainmentInfo, Ending, EnvInfo, ExitInfo, Leak, RunReport, REPORT_SCHEMA, REPORT_VERSION};
+use crate::report::{
+    ContainmentInfo, Ending, EnvInfo, ExitInfo, Leak, RunReport, REPORT_SCHEMA, REPORT_VERSION,
+};
 use crate::root::{self, Root, RootOptions};
 use crate::{Error, Result};
 
@@ -122,7 +124,9 @@ enum Stage {
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
 }
 
 /// Runs `config.command` in a fresh root and returns the report. `Err` means nothing was run.
@@ -130,7 +134,9 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     let started = Instant::now();
     let started_at = SystemTime::now();
     if config.command.is_empty() {
-        return Err(Error::Invalid("no command given (usage: cleanroom run [OPTIONS] -- COMMAND [ARGS...])".into()));
+        return Err(Error::Invalid(
+            "no command given (usage: cleanroom run [OPTIONS] -- COMMAND [ARGS...])".into(),
+        ));
     }
     let signals = RunnerSignals::block()?;
     let ns = Namespace::open_or_create(&config.namespace)?;
@@ -148,11 +154,18 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     tracing::info!(
         "containment: {}{}",
         container.mechanism(),
-        container.fallback_reason().map(|r| format!(" ({r})")).unwrap_or_default()
+        container
+            .fallback_reason()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
     );
     let host = env::host_env();
     let homes = env::homes_needed(&host, &config.env.pins);
-    let command_text: Vec<String> = config.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let command_text: Vec<String> = config
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let root = Root::create(
         &ns,
         &run_id,
@@ -170,15 +183,26 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         Err(e) => {
             let removal = root.remove(&ns);
             if !removal.is_removed() {
-                tracing::warn!("cleanup after a failed setup left {}", removal.path.display());
+                tracing::warn!(
+                    "cleanup after a failed setup left {}",
+                    removal.path.display()
+                );
             }
             return Err(e);
         }
     };
-    child_env.vars.extend(held_locks.child_env().into_iter().map(|(k, v)| (k.into(), v.into())));
+    child_env.vars.extend(
+        held_locks
+            .child_env()
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into())),
+    );
 
     let mut command = Command::new(&config.command[0]);
-    command.args(&config.command[1..]).env_clear().envs(&child_env.vars);
+    command
+        .args(&config.command[1..])
+        .env_clear()
+        .envs(&child_env.vars);
     // SAFETY: setpgid(0, 0) is async-signal-safe and touches no memory.
     unsafe {
         command.pre_exec(|| {
@@ -291,17 +315,18 @@ fn prepare_child(
         real_home: child_env.real_home.clone(),
         root: root.path().to_path_buf(),
         cwd,
-        writable_caches: child_env.toolchain.iter().filter(|t| t.cache).map(|t| t.path.clone()).collect(),
+        writable_caches: child_env
+            .toolchain
+            .iter()
+            .filter(|t| t.cache)
+            .map(|t| t.path.clone())
+            .collect(),
     })?;
     let status = protection.status();
-    if config.protect.mode != ProtectMode::Off && status.enforcement != "full" {
-        let reason = status.reason.clone().unwrap_or_default();
-        events(Event::Warning(&format!(
-            "protection {:?} is {} ({reason}); use --require-protection to refuse",
-            config.protect.mode, status.enforcement
-        )));
+    if let Some(warning) = status.warning() {
+        events(Event::Warning(&warning));
     }
-    tracing::info!("protection: {:?}", status);
+    tracing::info!("protection: {status}");
     Ok((child_env, protection, held))
 }
 
@@ -327,7 +352,9 @@ impl Outcome {
         let mut status = match (self.spawn_failure, ending, code, signal) {
             (Some(s), ..) => s,
             (None, Ending::TimedOut, ..) => EXIT_TIMEOUT,
-            (None, Ending::Interrupted, Some(0), _) => 128 + self.interrupt_signal.unwrap_or(libc::SIGINT) as u8,
+            (None, Ending::Interrupted, Some(0), _) => {
+                128 + self.interrupt_signal.unwrap_or(libc::SIGINT) as u8
+            }
             (None, _, Some(c), _) => c as u8,
             (None, _, None, Some(s)) => 128u8.saturating_add(s as u8),
             (None, _, None, None) => EXIT_OWN_FAILURE,
@@ -351,7 +378,7 @@ fn reap_children(main: i32, main_status: &mut Option<i32>) {
         match rustix::process::wait(WaitOptions::NOHANG) {
             Ok(Some((pid, status))) => {
                 if pid.as_raw_nonzero().get() == main {
-                    *main_status = Some(status.as_raw() as i32);
+                    *main_status = Some(status.as_raw());
                 }
             }
             _ => return,
@@ -360,7 +387,13 @@ fn reap_children(main: i32, main_status: &mut Option<i32>) {
 }
 
 /// Waits for the main process while honouring the deadline and signals; then handles leaks.
-fn supervise(config: &RunConfig, container: &Container, signals: &RunnerSignals, main: i32, outcome: &mut Outcome) {
+fn supervise(
+    config: &RunConfig,
+    container: &Container,
+    signals: &RunnerSignals,
+    main: i32,
+    outcome: &mut Outcome,
+) {
     let deadline = config.timeout.map(|t| Instant::now() + t);
     let mut stage = Stage::Running;
     let mut main_status = None;
@@ -392,7 +425,9 @@ fn supervise(config: &RunConfig, container: &Container, signals: &RunnerSignals,
             Stage::Killed => Some(now + Duration::from_millis(10)),
         };
         for received in signals.wait(wake.map(|w| w.saturating_duration_since(Instant::now()))) {
-            let Received::Forward(sig) = received else { continue };
+            let Received::Forward(sig) = received else {
+                continue;
+            };
             outcome.interrupt_signal = Some(sig);
             outcome.ending = outcome.ending.max(Some(Ending::Interrupted));
             match stage {
@@ -424,7 +459,8 @@ fn supervise(config: &RunConfig, container: &Container, signals: &RunnerSignals,
             })
             .collect();
         let mut ignore = None;
-        outcome.killed = container.terminate(config.leak_grace, &mut || reap_children(main, &mut ignore));
+        outcome.killed =
+            container.terminate(config.leak_grace, &mut || reap_children(main, &mut ignore));
     }
     // Reap whatever is left (killed leaks re-parented to us).
     let mut ignore = None;
@@ -434,7 +470,9 @@ fn supervise(config: &RunConfig, container: &Container, signals: &RunnerSignals,
 fn kill_all(container: &Container, main: i32, main_status: &mut Option<i32>) {
     let mut members = || container.members();
     let cgroup = container.cgroup_path().is_some();
-    crate::contain::kill_until_empty(&mut members, &mut || reap_children(main, main_status), &mut || {
-        cgroup && container.kill_cgroup()
-    });
+    crate::contain::kill_until_empty(
+        &mut members,
+        &mut || reap_children(main, main_status),
+        &mut || cgroup && container.kill_cgroup(),
+    );
 }

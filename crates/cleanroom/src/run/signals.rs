@@ -60,7 +60,10 @@ impl RunnerSignals {
 
     /// Waits up to `timeout` (forever when `None`) and returns what arrived, possibly nothing.
     pub fn wait(&self, timeout: Option<Duration>) -> Vec<Received> {
-        let mut pollfd = [rustix::event::PollFd::new(&self.fd, rustix::event::PollFlags::IN)];
+        let mut pollfd = [rustix::event::PollFd::new(
+            &self.fd,
+            rustix::event::PollFlags::IN,
+        )];
         let timeout = timeout.map(|t| {
             rustix::event::Timespec::try_from(t).unwrap_or(rustix::event::Timespec {
                 tv_sec: i64::MAX / 2,
