@@ -8,7 +8,11 @@ use crate::{Error, Result};
 ///
 /// A bare number is refused: `--timeout 30` is ambiguous and scripts should say what they mean.
 pub fn parse_duration(text: &str) -> Result<Duration> {
-    let bad = |why: &str| Error::Invalid(format!("invalid duration {text:?}: {why} (examples: 500ms, 30s, 10m, 1h)"));
+    let bad = |why: &str| {
+        Error::Invalid(format!(
+            "invalid duration {text:?}: {why} (examples: 500ms, 30s, 10m, 1h)"
+        ))
+    };
     let trimmed = text.trim();
     let split = trimmed
         .find(|c: char| !c.is_ascii_digit() && c != '.')

@@ -54,18 +54,66 @@ pub struct ToolchainDefault {
 
 /// Toolchain homes resolved before HOME moves (only those that exist are passed on).
 pub const TOOLCHAIN_HOMES: &[ToolchainDefault] = &[
-    ToolchainDefault { var: "CARGO_HOME", default: ".cargo", cache: true },
-    ToolchainDefault { var: "RUSTUP_HOME", default: ".rustup", cache: false },
-    ToolchainDefault { var: "GOPATH", default: "go", cache: true },
-    ToolchainDefault { var: "GOCACHE", default: ".cache/go-build", cache: true },
-    ToolchainDefault { var: "npm_config_cache", default: ".npm", cache: true },
-    ToolchainDefault { var: "BUN_INSTALL", default: ".bun", cache: true },
-    ToolchainDefault { var: "PIP_CACHE_DIR", default: ".cache/pip", cache: true },
-    ToolchainDefault { var: "UV_CACHE_DIR", default: ".cache/uv", cache: true },
-    ToolchainDefault { var: "PYENV_ROOT", default: ".pyenv", cache: false },
-    ToolchainDefault { var: "NVM_DIR", default: ".nvm", cache: false },
-    ToolchainDefault { var: "DENO_DIR", default: ".cache/deno", cache: true },
-    ToolchainDefault { var: "GRADLE_USER_HOME", default: ".gradle", cache: true },
+    ToolchainDefault {
+        var: "CARGO_HOME",
+        default: ".cargo",
+        cache: true,
+    },
+    ToolchainDefault {
+        var: "RUSTUP_HOME",
+        default: ".rustup",
+        cache: false,
+    },
+    ToolchainDefault {
+        var: "GOPATH",
+        default: "go",
+        cache: true,
+    },
+    ToolchainDefault {
+        var: "GOCACHE",
+        default: ".cache/go-build",
+        cache: true,
+    },
+    ToolchainDefault {
+        var: "npm_config_cache",
+        default: ".npm",
+        cache: true,
+    },
+    ToolchainDefault {
+        var: "BUN_INSTALL",
+        default: ".bun",
+        cache: true,
+    },
+    ToolchainDefault {
+        var: "PIP_CACHE_DIR",
+        default: ".cache/pip",
+        cache: true,
+    },
+    ToolchainDefault {
+        var: "UV_CACHE_DIR",
+        default: ".cache/uv",
+        cache: true,
+    },
+    ToolchainDefault {
+        var: "PYENV_ROOT",
+        default: ".pyenv",
+        cache: false,
+    },
+    ToolchainDefault {
+        var: "NVM_DIR",
+        default: ".nvm",
+        cache: false,
+    },
+    ToolchainDefault {
+        var: "DENO_DIR",
+        default: ".cache/deno",
+        cache: true,
+    },
+    ToolchainDefault {
+        var: "GRADLE_USER_HOME",
+        default: ".gradle",
+        cache: true,
+    },
 ];
 
 /// Secret-looking name fragments dropped by `--drop-secrets` (case-insensitive).
@@ -176,9 +224,9 @@ pub fn build(
         }
     }
     if !host.contains_key(OsStr::new("GIT_CONFIG_GLOBAL")) {
-        let candidates = real_home.iter().flat_map(|h| {
-            [h.join(".gitconfig"), h.join(".config/git/config")]
-        });
+        let candidates = real_home
+            .iter()
+            .flat_map(|h| [h.join(".gitconfig"), h.join(".config/git/config")]);
         if let Some(config) = candidates.into_iter().find(|p| p.is_file()) {
             vars.insert("GIT_CONFIG_GLOBAL".into(), config.clone().into());
             toolchain.push(ToolchainHome {

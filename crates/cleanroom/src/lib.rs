@@ -4,11 +4,12 @@
 //! The parts, in the order a run uses them:
 //! - [`namespace`]: the per-user directory that holds every root, verified on every open;
 //! - [`root`] and [`marker`]: one run's directory and the file that proves it is ours;
-//! - [`env`]: the child's environment, with HOME, temp and XDG dirs pinned inside the root;
+//! - [`mod@env`]: the child's environment, with HOME, temp and XDG dirs pinned inside the root;
 //! - [`contain`]: every process of the run, found by membership and killed at the end;
 //! - [`protect`]: kernel-enforced write protection (Landlock) and network isolation;
 //! - [`lock`]: exclusive runs that must not overlap;
 //! - [`run`]: the lifecycle that ties them together;
+//! - [`doctor`]: what this machine allows, and which containment and protection `run` uses;
 //! - [`remove`]: fd-relative, symlink-proof, mount-aware removal of a root;
 //! - [`reclaim`]: `gc` and `list`, reclaiming stale roots only on proof of death;
 //! - [`report`]: the versioned JSON report of a run.
@@ -16,6 +17,7 @@
 #![cfg(target_os = "linux")]
 
 pub mod contain;
+pub mod doctor;
 pub mod duration;
 pub mod env;
 mod error;

@@ -130,7 +130,10 @@ impl Marker {
         let probe: Probe = serde_json::from_str(text)
             .map_err(|e| MarkerProblem(format!("marker is not valid: {e}")))?;
         if probe.format != MARKER_FORMAT {
-            return Err(MarkerProblem(format!("unknown marker format {:?}", probe.format)));
+            return Err(MarkerProblem(format!(
+                "unknown marker format {:?}",
+                probe.format
+            )));
         }
         if probe.version != MARKER_VERSION {
             return Err(MarkerProblem(format!(
@@ -183,9 +186,15 @@ mod tests {
     fn round_trips_and_refuses_other_shapes() {
         let text = serde_json::to_string(&sample()).unwrap();
         assert_eq!(Marker::parse(&text, 1000).unwrap(), sample());
-        assert!(Marker::parse(&text, 1001).unwrap_err().0.contains("uid 1000"));
+        assert!(Marker::parse(&text, 1001)
+            .unwrap_err()
+            .0
+            .contains("uid 1000"));
         let v2 = text.replace("\"version\":1", "\"version\":2");
-        assert!(Marker::parse(&v2, 1000).unwrap_err().0.contains("version 2"));
+        assert!(Marker::parse(&v2, 1000)
+            .unwrap_err()
+            .0
+            .contains("version 2"));
         let extra = text.replacen('{', "{\"surprise\":1,", 1);
         assert!(Marker::parse(&extra, 1000).is_err());
         assert!(Marker::parse("{}", 1000).is_err());

@@ -86,7 +86,10 @@ impl Namespace {
     ///
     /// Keyed on the effective uid, never on HOME or TMPDIR, which test suites redirect.
     pub fn default_path() -> PathBuf {
-        PathBuf::from(format!("/tmp/cleanroom-{}", rustix::process::geteuid().as_raw()))
+        PathBuf::from(format!(
+            "/tmp/cleanroom-{}",
+            rustix::process::geteuid().as_raw()
+        ))
     }
 
     /// Opens `path`, creating it (mode 0700, parent must exist) when it does not exist yet.
@@ -185,7 +188,10 @@ mod tests {
     #[test]
     fn names_are_classified_strictly() {
         let id = "20261129T093000Z-0123456789abcdef";
-        assert_eq!(classify(OsStr::new(&format!("run-{id}"))), (EntryKind::Root, Some(id)));
+        assert_eq!(
+            classify(OsStr::new(&format!("run-{id}"))),
+            (EntryKind::Root, Some(id))
+        );
         assert_eq!(
             classify(OsStr::new(&format!(".pending-run-{id}"))),
             (EntryKind::Pending, Some(id))
@@ -195,8 +201,18 @@ mod tests {
             (EntryKind::Trash, Some(id))
         );
         assert_eq!(classify(OsStr::new("locks")), (EntryKind::Locks, None));
-        for foreign in ["run-", "run-x", "opencodex-test-1", ".trash-foo", &format!("run-{id}0")] {
-            assert_eq!(classify(OsStr::new(foreign)).0, EntryKind::Foreign, "{foreign}");
+        for foreign in [
+            "run-",
+            "run-x",
+            "opencodex-test-1",
+            ".trash-foo",
+            &format!("run-{id}0"),
+        ] {
+            assert_eq!(
+                classify(OsStr::new(foreign)).0,
+                EntryKind::Foreign,
+                "{foreign}"
+            );
         }
     }
 }

@@ -86,7 +86,9 @@ impl ProcessId {
 
     /// Reads the identity of `pid` now, or `None` if it does not exist.
     pub fn of(pid: i32) -> Option<ProcessId> {
-        start_time(pid).ok().map(|start_time| ProcessId { pid, start_time })
+        start_time(pid)
+            .ok()
+            .map(|start_time| ProcessId { pid, start_time })
     }
 
     /// Judges whether this process, recorded on `recorded_host`, is alive when seen from `here`.
@@ -201,7 +203,10 @@ pub fn children(pid: i32) -> Vec<i32> {
     for task in tasks.flatten() {
         let path = task.path().join("children");
         if let Ok(text) = fs::read_to_string(&path) {
-            out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
         }
     }
     out

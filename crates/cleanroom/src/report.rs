@@ -1,1 +1,114 @@
-//! report (being written).
+//! The JSON report of a run (`--report FILE`), schema `cleanroom-run-report` version 1,
+//! documented in `docs/report.md`. Fields are only ever added within a version.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::contain::Mechanism;
+use crate::env::ToolchainHome;
+use crate::process::ProcessInfo;
+use crate::protect::ProtectionStatus;
+use crate::reclaim::GcSummary;
+use crate::remove::Removal;
+
+/// Value of the `schema` field.
+pub const REPORT_SCHEMA: &str = "cleanroom-run-report";
+/// Version of the report schema.
+pub const REPORT_VERSION: u32 = 1;
+
+/// Why the run ended the way it did, most severe last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// The command exited by itself.
+    Exited,
+    /// A signal to the runner was forwarded to the run.
+    Interrupted,
+    /// `--timeout` fired.
+    TimedOut,
+}
+
+/// How the command ended and what cleanroom exits with.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExitInfo {
+    /// cleanroom's own exit status.
+    pub status: u8,
+    /// The command's exit code, if it exited.
+    pub code: Option<i32>,
+    /// The signal that killed the command, if one did.
+    pub signal: Option<i32>,
+    /// Why the run ended.
+    pub ending: Ending,
+    /// The signal the runner received, if it was interrupted.
+    pub interrupt_signal: Option<i32>,
+}
+
+/// Containment in use.
+#[derive(Clone, Debug, Serialize)]
+pub struct ContainmentInfo {
+    /// The mechanism.
+    pub mechanism: Mechanism,
+    /// Why a stronger one is not in use.
+    pub fallback_reason: Option<String>,
+    /// The cgroup, if any.
+    pub cgroup: Option<PathBuf>,
+}
+
+/// A process that outlived the command.
+#[derive(Clone, Debug, Serialize)]
+pub struct Leak {
+    /// The process.
+    #[serde(flatten)]
+    pub process: ProcessInfo,
+    /// Milliseconds after the command's exit at which it was found.
+    pub found_after_ms: u64,
+}
+
+/// The environment decisions, for diagnosis.
+#[derive(Clone, Debug, Serialize)]
+pub struct EnvInfo {
+    /// Toolchain homes passed on at their real locations.
+    pub toolchain: Vec<ToolchainHome>,
+    /// Variables with their own directory in the root.
+    pub homes: Vec<String>,
+    /// Variables removed by `--drop-secrets`.
+    pub dropped: Vec<String>,
+}
+
+/// Everything about one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// Always [`REPORT_SCHEMA`].
+    pub schema: &'static str,
+    /// Always [`REPORT_VERSION`].
+    pub version: u32,
+    /// The run id.
+    pub run_id: String,
+    /// The root's path (gone unless kept).
+    pub root: PathBuf,
+    /// The command.
+    pub command: Vec<String>,
+    /// Start, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Wall time of the whole run, including cleanup.
+    pub duration_ms: u64,
+    /// How it ended.
+    pub exit: ExitInfo,
+    /// Containment.
+    pub containment: ContainmentInfo,
+    /// Protection.
+    pub protection: ProtectionStatus,
+    /// Processes that outlived the command (all killed).
+    pub leaks: Vec<Leak>,
+    /// Processes that needed SIGKILL at the end.
+    pub killed: Vec<ProcessInfo>,
+    /// Removal of the root (absent when kept).
+    pub cleanup: Option<Removal>,
+    /// Whether the root was kept (`--keep-root`).
+    pub kept_root: bool,
+    /// What the reclamation at start did.
+    pub gc: GcSummary,
+    /// Environment decisions.
+    pub env: EnvInfo,
+}

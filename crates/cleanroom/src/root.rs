@@ -83,8 +83,11 @@ pub struct Root {
 /// A fresh run id: `<UTC time>-<64 random bits>`, sortable by creation time.
 pub fn new_run_id() -> Result<String> {
     let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| Error::sys("read random bytes", std::io::Error::other(e.to_string())))?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    getrandom::fill(&mut random)
+        .map_err(|e| Error::sys("read random bytes", std::io::Error::other(e.to_string())))?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
     Ok(format!("{}-{hex}", utc_stamp(now.as_secs())))
 }

@@ -45,7 +45,8 @@ pub fn cgroup_root() -> Result<PathBuf> {
         what: "cgroup v2",
         reason,
     };
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").at("read", "/proc/self/mountinfo")?;
+    let mountinfo =
+        fs::read_to_string("/proc/self/mountinfo").at("read", "/proc/self/mountinfo")?;
     let mount = mountinfo
         .lines()
         .find_map(|line| {
@@ -73,8 +74,12 @@ pub(super) struct Cgroup {
 impl Cgroup {
     pub(super) fn create(run_id: &str) -> Result<Cgroup> {
         let parent = cgroup_root()?;
-        let controllers = fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
-        if !controllers.trim().is_empty() && parent.join("cgroup.procs").exists() && !is_root_cgroup(&parent) {
+        let controllers =
+            fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+        if !controllers.trim().is_empty()
+            && parent.join("cgroup.procs").exists()
+            && !is_root_cgroup(&parent)
+        {
             return Err(Error::Unsupported {
                 what: "a cgroup leaf",
                 reason: format!(
@@ -87,13 +92,14 @@ impl Cgroup {
         let path = parent.join(format!("cleanroom-{run_id}"));
         fs::create_dir(&path).at("create cgroup", &path)?;
         let procs_path = path.join("cgroup.procs");
-        let procs = match rustix::fs::open(&procs_path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(e) => {
-                let _ = fs::remove_dir(&path);
-                return Err(Error::io("open", &procs_path, e));
-            }
-        };
+        let procs =
+            match rustix::fs::open(&procs_path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    let _ = fs::remove_dir(&path);
+                    return Err(Error::io("open", &procs_path, e));
+                }
+            };
         Ok(Cgroup { path, procs })
     }
 
@@ -155,10 +161,19 @@ fn cgroup_members(path: &Path) -> Vec<ProcessInfo> {
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
         if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
-            out.extend(text.split_whitespace().filter_map(|p| p.parse().ok()).filter_map(process::info));
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .filter_map(process::info),
+            );
         }
         if let Ok(entries) = fs::read_dir(&dir) {
-            stack.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
         }
     }
     out
@@ -168,11 +183,16 @@ fn cgroup_members(path: &Path) -> Vec<ProcessInfo> {
 /// directly below a cgroup2 mount path we can see, is touched.
 pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
     let expected = format!("cleanroom-{run_id}");
-    if path.file_name().and_then(|n| n.to_str()) != Some(expected.as_str()) || !path.join("cgroup.kill").exists() {
+    if path.file_name().and_then(|n| n.to_str()) != Some(expected.as_str())
+        || !path.join("cgroup.kill").exists()
+    {
         return Vec::new();
     }
     let members = cgroup_members(path);
-    if let Ok(mut f) = fs::OpenOptions::new().write(true).open(path.join("cgroup.kill")) {
+    if let Ok(mut f) = fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("cgroup.kill"))
+    {
         let _ = f.write_all(b"1");
     }
     let deadline = Instant::now() + Duration::from_secs(2);

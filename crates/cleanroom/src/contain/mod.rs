@@ -145,11 +145,14 @@ impl Container {
     /// `reap` is called while waiting so that exited children of the runner do not linger as
     /// zombies. Returns the processes that had to be killed with SIGKILL.
     pub fn terminate(&self, grace: Duration, reap: &mut dyn FnMut()) -> Vec<ProcessInfo> {
-        terminate_set(&mut || self.members(), grace, reap, &mut || self.kill_all_once())
+        terminate_set(&mut || self.members(), grace, reap, &mut || {
+            self.kill_cgroup()
+        })
     }
 
-    /// One atomic kill of the whole run where the kernel offers it.
-    fn kill_all_once(&self) -> bool {
+    /// One atomic kill of the whole run where the kernel offers it (`cgroup.kill`); returns
+    /// whether it was done.
+    pub fn kill_cgroup(&self) -> bool {
         match &self.cgroup {
             Some(cgroup) => cgroup.kill().is_ok(),
             None => false,
@@ -230,7 +233,9 @@ pub fn kill_orphans(run_id: &str, uid: u32, cgroup: Option<&str>) -> Vec<Process
         found.extend(kill_cgroup_path(Path::new(path), run_id));
     }
     let mut members = || process::with_env_entry(crate::env::RUN_ID_VAR, run_id, uid);
-    let killed = kill_until_empty(&mut members, &mut || reap_orphans(&|_| false), &mut || false);
+    let killed = kill_until_empty(&mut members, &mut || reap_orphans(&|_| false), &mut || {
+        false
+    });
     found.extend(killed);
     found
 }

@@ -126,7 +126,11 @@ pub fn remove_entry(ns: &Namespace, name: &str, held: &OwnedFd) -> Removal {
         let mounts = stats.mounts.clone();
         accumulate(&mut removal.stats, stats);
         // A mount point will not go away by waiting: give up at once and say so.
-        let pause = if mounts.is_empty() { backoff.next() } else { None };
+        let pause = if mounts.is_empty() {
+            backoff.next()
+        } else {
+            None
+        };
         match pause {
             Some(pause) => std::thread::sleep(*pause),
             None => {

@@ -139,7 +139,9 @@ pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
             if done.fd.is_some() {
                 open_fds -= 1;
             }
-            let Some(parent) = stack.last_mut() else { break };
+            let Some(parent) = stack.last_mut() else {
+                break;
+            };
             if parent.fd.is_none() {
                 match reopen_parent(&done, parent.identity) {
                     Ok(fd) => {
@@ -179,7 +181,10 @@ pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
                 Ok(st) => FileType::from_raw_mode(st.st_mode) == FileType::Directory,
                 Err(Errno::NOENT) => continue,
                 Err(e) => {
-                    stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display()));
+                    stats.errors.push(format!(
+                        "{}: {e}",
+                        path_of(display, &stack, &name).display()
+                    ));
                     continue;
                 }
             },
@@ -193,7 +198,10 @@ pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
                     .expect("frame")
                     .pending
                     .push((name, Some(FileType::Directory))),
-                Err(e) => stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display())),
+                Err(e) => stats.errors.push(format!(
+                    "{}: {e}",
+                    path_of(display, &stack, &name).display()
+                )),
             }
             continue;
         }
@@ -201,14 +209,20 @@ pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
             Ok(Some(fd)) => fd,
             Ok(None) => continue,
             Err(e) => {
-                stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display()));
+                stats.errors.push(format!(
+                    "{}: {e}",
+                    path_of(display, &stack, &name).display()
+                ));
                 continue;
             }
         };
         let (identity, mnt, mode) = match identity_of_fd(child.as_fd()) {
             Ok(v) => v,
             Err(e) => {
-                stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display()));
+                stats.errors.push(format!(
+                    "{}: {e}",
+                    path_of(display, &stack, &name).display()
+                ));
                 continue;
             }
         };
@@ -217,14 +231,21 @@ pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
             continue;
         }
         if mode & 0o700 != 0o700 {
-            if let Err(e) = rustix::fs::fchmod(&child, Mode::from_raw_mode((mode & 0o7777) | 0o700)) {
-                stats.errors.push(format!("{}: cannot make writable: {e}", path_of(display, &stack, &name).display()));
+            if let Err(e) = rustix::fs::fchmod(&child, Mode::from_raw_mode((mode & 0o7777) | 0o700))
+            {
+                stats.errors.push(format!(
+                    "{}: cannot make writable: {e}",
+                    path_of(display, &stack, &name).display()
+                ));
             }
         }
         let entries = match read_entries(child.as_fd()) {
             Ok(e) => e,
             Err(e) => {
-                stats.errors.push(format!("{}: {e}", path_of(display, &stack, &name).display()));
+                stats.errors.push(format!(
+                    "{}: {e}",
+                    path_of(display, &stack, &name).display()
+                ));
                 continue;
             }
         };
@@ -270,8 +291,14 @@ fn open_dir_for_removal(parent: BorrowedFd<'_>, name: &CStr) -> Result<Option<Ow
                 Mode::empty(),
             )?;
             let st = rustix::fs::fstat(&path_fd)?;
-            let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&path_fd));
-            rustix::fs::chmod(proc_path.as_str(), Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700))?;
+            let proc_path = format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(&path_fd)
+            );
+            rustix::fs::chmod(
+                proc_path.as_str(),
+                Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700),
+            )?;
             rustix::fs::openat(parent, name, flags, Mode::empty()).map(Some)
         }
         Err(e) => Err(e),

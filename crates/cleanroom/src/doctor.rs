@@ -1,0 +1,426 @@
+//! `cleanroom doctor`: what this machine allows, and which containment and protection `run`
+//! will use here, and why. The first thing a user runs when something is refused.
+//!
+//! Invariant: every answer is measured by trying the real operation (a system call, a `mkdir`
+//! of a uniquely named probe cgroup that is removed at once, an `unshare` in a forked child that
+//! then exits), never inferred from version numbers or configuration files, and probing leaves
+//! nothing behind and changes nothing in the calling process.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::protect::{self, linux, Enforcement};
+
+/// The answer to "can this machine do X", with the evidence.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// Whether it works.
+    pub available: bool,
+    /// What was tried and what the kernel said.
+    pub detail: String,
+}
+
+impl Check {
+    fn from_probe(what: &str, result: std::io::Result<()>) -> Check {
+        match result {
+            Ok(()) => Check {
+                available: true,
+                detail: format!("{what}: ok"),
+            },
+            Err(e) => Check {
+                available: false,
+                detail: format!("{what}: {e}"),
+            },
+        }
+    }
+}
+
+/// Landlock support.
+#[derive(Clone, Debug, Serialize)]
+pub struct LandlockCheck {
+    /// The kernel's Landlock ABI, if Landlock is available.
+    pub abi: Option<u32>,
+    /// Why Landlock is unavailable, or the ABI's summary.
+    pub detail: String,
+    /// What the ABI provides, one entry per level up to the kernel's.
+    pub features: Vec<String>,
+}
+
+/// cgroup v2 support.
+#[derive(Clone, Debug, Serialize)]
+pub struct CgroupCheck {
+    /// Where cgroup2 is mounted (from /proc/self/mountinfo), if it is.
+    pub mount: Option<PathBuf>,
+    /// Our own cgroup (the `0::` line of /proc/self/cgroup).
+    pub own: Option<String>,
+    /// Whether a child cgroup could be created (and removed) under our own.
+    pub can_create: bool,
+    /// What was tried and what the kernel said.
+    pub detail: String,
+}
+
+/// A choice `run` makes on this machine, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct Decision {
+    /// The choice.
+    pub choice: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Everything `cleanroom doctor` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct DoctorReport {
+    /// `cleanroom-doctor`.
+    pub format: &'static str,
+    /// Version of this report's shape.
+    pub version: u32,
+    /// The kernel release (`uname -r`).
+    pub kernel: String,
+    /// The effective user id the probes ran as.
+    pub euid: u32,
+    /// Landlock (write protection).
+    pub landlock: LandlockCheck,
+    /// Creating a user namespace as this user.
+    pub user_namespaces: Check,
+    /// The network isolation of `--net none` (a network namespace with loopback up).
+    pub network_namespace: Check,
+    /// cgroup v2.
+    pub cgroup: CgroupCheck,
+    /// `pidfd_open`.
+    pub pidfd: Check,
+    /// `PR_SET_CHILD_SUBREAPER`.
+    pub subreaper: Check,
+    /// The containment `run` uses: `cgroup` or `session`.
+    pub containment: Decision,
+    /// The enforcement `--protect home` gets: `full`, `partial` or `none`.
+    pub protection: Decision,
+    /// Whether `--net none` works: `available` or `unavailable`.
+    pub net_none: Decision,
+}
+
+/// Probes this machine.
+pub fn probe() -> DoctorReport {
+    let landlock = probe_landlock();
+    let user_namespaces = Check::from_probe(
+        "unshare(CLONE_NEWUSER) in a child",
+        linux::probe_in_child(linux::probe_userns),
+    );
+    let network_namespace = Check::from_probe(
+        "new network namespace with lo up, in a child",
+        linux::probe_in_child(linux::probe_netns),
+    );
+    let cgroup = probe_cgroup();
+    let pidfd = Check::from_probe("pidfd_open(self)", linux::probe_pidfd());
+    let subreaper = Check::from_probe(
+        "prctl(PR_SET_CHILD_SUBREAPER) in a child",
+        linux::probe_in_child(linux::probe_subreaper),
+    );
+
+    let containment = if cgroup.can_create {
+        Decision {
+            choice: "cgroup".into(),
+            reason: "a child cgroup can be created: membership is exact and cgroup.kill ends \
+                     every process of the run"
+                .into(),
+        }
+    } else {
+        Decision {
+            choice: "session".into(),
+            reason: format!(
+                "no child cgroup ({}); the runner is a child subreaper{} and the command a new \
+                 session, so escaped processes are still re-parented to it and killed",
+                cgroup.detail,
+                if subreaper.available {
+                    ""
+                } else {
+                    " (UNAVAILABLE here)"
+                }
+            ),
+        }
+    };
+    let protection = match landlock.abi {
+        Some(abi) => {
+            let (enforcement, reason) = protect::enforcement_for_abi(abi);
+            Decision {
+                choice: enforcement.to_string(),
+                reason: reason.unwrap_or_else(|| {
+                    format!(
+                        "Landlock ABI {abi} makes the real home and --protect-path read-only, \
+                         truncation included"
+                    )
+                }),
+            }
+        }
+        None => Decision {
+            choice: Enforcement::None.to_string(),
+            reason: format!(
+                "{}; `run` warns and continues, --require-protection refuses",
+                landlock.detail
+            ),
+        },
+    };
+    let net_none = if network_namespace.available {
+        Decision {
+            choice: "available".into(),
+            reason: if rustix::process::geteuid().is_root() {
+                "a new network namespace with only loopback, up".into()
+            } else {
+                "a user namespace (own uid mapped to itself) with a network namespace, only \
+                 loopback, up"
+                    .into()
+            },
+        }
+    } else {
+        Decision {
+            choice: "unavailable".into(),
+            reason: format!("--net none is refused: {}", network_namespace.detail),
+        }
+    };
+
+    DoctorReport {
+        format: "cleanroom-doctor",
+        version: 1,
+        kernel: rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned(),
+        euid: rustix::process::geteuid().as_raw(),
+        landlock,
+        user_namespaces,
+        network_namespace,
+        cgroup,
+        pidfd,
+        subreaper,
+        containment,
+        protection,
+        net_none,
+    }
+}
+
+/// What each Landlock ABI level adds, as used by cleanroom.
+const LANDLOCK_FEATURES: &[&str] = &[
+    "1: restrict file creation, removal and writes",
+    "2: refer (rename and link across directories)",
+    "3: truncate",
+    "4: TCP bind and connect (not used: --net none uses a namespace)",
+    "5: ioctl on device files (granted on ttys and /dev/null etc.)",
+    "6: scopes: abstract unix sockets and signals (not used)",
+    "7: audit logging flags (not used)",
+    "8: restricting all threads at once (not used: applied before exec)",
+    "9: connecting to pathname unix sockets (not used)",
+    "10: quiet rules (not used)",
+];
+
+fn probe_landlock() -> LandlockCheck {
+    match protect::landlock_support() {
+        Ok(abi) => LandlockCheck {
+            abi: Some(abi),
+            detail: format!(
+                "Landlock ABI {abi} (cleanroom uses up to ABI {}){}",
+                linux::NEWEST_VETTED_ABI,
+                match linux::landlock_abi() {
+                    Ok(kernel) if kernel != abi => format!(
+                        "; the kernel has ABI {kernel}, capped by the test-only switch {}",
+                        protect::TEST_LANDLOCK_MAX_ABI_ENV
+                    ),
+                    _ => String::new(),
+                }
+            ),
+            features: LANDLOCK_FEATURES
+                .iter()
+                .take(abi as usize)
+                .map(|s| s.to_string())
+                .collect(),
+        },
+        Err(reason) => LandlockCheck {
+            abi: None,
+            detail: reason,
+            features: Vec::new(),
+        },
+    }
+}
+
+fn probe_cgroup() -> CgroupCheck {
+    let mount = std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|text| cgroup2_mount(&text));
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("0::").map(str::to_string))
+        });
+    let Some(mount_point) = mount.clone() else {
+        return CgroupCheck {
+            mount,
+            own,
+            can_create: false,
+            detail: "no cgroup2 filesystem in /proc/self/mountinfo".into(),
+        };
+    };
+    let Some(own_path) = own.clone() else {
+        return CgroupCheck {
+            mount,
+            own,
+            can_create: false,
+            detail: "no cgroup v2 entry (0::) in /proc/self/cgroup".into(),
+        };
+    };
+    let relative = own_path.trim_start_matches('/');
+    let parent = if relative.is_empty() {
+        mount_point
+    } else {
+        mount_point.join(relative)
+    };
+    let mut nonce = [0u8; 6];
+    let suffix = match getrandom::fill(&mut nonce) {
+        Ok(()) => nonce.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        Err(_) => "0".into(),
+    };
+    let probe_dir = parent.join(format!("cleanroom-doctor-{}-{suffix}", std::process::id()));
+    let (can_create, detail) = match std::fs::create_dir(&probe_dir) {
+        Ok(()) => match std::fs::remove_dir(&probe_dir) {
+            Ok(()) => (
+                true,
+                format!("created and removed a child cgroup in {}", parent.display()),
+            ),
+            Err(e) => (
+                false,
+                format!("created {} but cannot remove it: {e}", probe_dir.display()),
+            ),
+        },
+        Err(e) => (
+            false,
+            format!("cannot create a child cgroup in {}: {e}", parent.display()),
+        ),
+    };
+    CgroupCheck {
+        mount,
+        own,
+        can_create,
+        detail,
+    }
+}
+
+/// The mount point of the first cgroup2 filesystem in a mountinfo text.
+fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        if after.split(' ').next()? != "cgroup2" {
+            return None;
+        }
+        before
+            .split(' ')
+            .nth(4)
+            .map(|p| PathBuf::from(unescape_mountinfo(p)))
+    })
+}
+
+/// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo field.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let value =
+                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(value);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn yes_no(check: &Check) -> &'static str {
+    if check.available {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn path_or_none(path: Option<&Path>) -> String {
+    path.map_or_else(|| "none".to_string(), |p| p.display().to_string())
+}
+
+impl fmt::Display for DoctorReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "cleanroom doctor: kernel {}, euid {}",
+            self.kernel, self.euid
+        )?;
+        writeln!(f)?;
+        writeln!(f, "this machine")?;
+        match self.landlock.abi {
+            Some(_) => writeln!(f, "  landlock            {}", self.landlock.detail)?,
+            None => writeln!(f, "  landlock            no: {}", self.landlock.detail)?,
+        }
+        for feature in &self.landlock.features {
+            writeln!(f, "                        {feature}")?;
+        }
+        let checks = [
+            ("user namespaces", &self.user_namespaces),
+            ("network namespace", &self.network_namespace),
+            ("pidfd", &self.pidfd),
+            ("subreaper", &self.subreaper),
+        ];
+        for (name, check) in checks {
+            writeln!(f, "  {name:<19} {} ({})", yes_no(check), check.detail)?;
+        }
+        writeln!(
+            f,
+            "  cgroup v2           mount {}, own cgroup {}",
+            path_or_none(self.cgroup.mount.as_deref()),
+            self.cgroup.own.as_deref().unwrap_or("none"),
+        )?;
+        writeln!(
+            f,
+            "  child cgroup        {} ({})",
+            if self.cgroup.can_create { "yes" } else { "no" },
+            self.cgroup.detail
+        )?;
+        writeln!(f)?;
+        writeln!(f, "cleanroom run will use")?;
+        let decisions = [
+            ("containment", &self.containment),
+            ("protect home", &self.protection),
+            ("--net none", &self.net_none),
+        ];
+        for (name, decision) in decisions {
+            writeln!(f, "  {name:<19} {}: {}", decision.choice, decision.reason)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup2_mount_is_found_in_mountinfo_and_unescaped() {
+        let text = "25 1 0:22 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+                    30 25 0:27 / /sys/fs/cgroup/my\\040unified rw,nosuid - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount(text),
+            Some(PathBuf::from("/sys/fs/cgroup/my unified"))
+        );
+        assert_eq!(
+            cgroup2_mount("25 1 0:22 / /x rw - ext4 /dev/vda rw\n"),
+            None
+        );
+    }
+}

@@ -1,1 +1,0 @@
-//! run (being written).

@@ -1,0 +1,478 @@
+//! The lifecycle of `cleanroom run`; see `docs/design.md` for the picture.
+//!
+//! 1. open the namespace; reclaim stale roots (bounded);
+//! 2. contain (subreaper, cgroup), create and publish the root, take the liveness lock;
+//! 3. take exclusive locks; build the environment and the protection policy;
+//! 4. spawn the command (own process group, cgroup, terminal, protection, all in `pre_exec`);
+//! 5. wait for its exit, the deadline, or a signal to the runner (forward, grace, KILL; a second
+//!    signal kills at once);
+//! 6. whatever is still alive afterwards is a leak: named, TERMed, given a short grace, KILLed;
+//! 7. release locks; remove (or keep) the root; report.
+//!
+//! Invariant: once the root exists, every path out of [`execute`] removes it (or keeps it when
+//! asked), and no process of the run is alive when [`execute`] returns.
+
+mod signals;
+mod terminal;
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rustix::process::{Signal, WaitOptions};
+
+use crate::contain::{ContainMode, Container};
+use crate::env::{self, EnvOptions};
+use crate::lock::{self, LockOwner, LockRequest};
+use crate::namespace::Namespace;
+use crate::process::ProcessInfo;
+use crate::protect::{NetMode, ProtectMode, Protection, ProtectionRequest};
+use crate::reclaim::{self, Budget, GcOptions};
+use crate::report::{
+    ContainmentInfo, Ending, EnvInfo, ExitInfo, Leak, RunReport, REPORT_SCHEMA, REPORT_VERSION,
+};
+use crate::root::{self, Root, RootOptions};
+use crate::{Error, Result};
+
+use signals::{Received, RunnerSignals};
+
+/// Exit status when leaks were found and `--on-leak fail` was given (and the command succeeded).
+pub const EXIT_LEAKED: u8 = 123;
+/// Exit status when `--timeout` fired.
+pub const EXIT_TIMEOUT: u8 = 124;
+/// Exit status for cleanroom's own failures.
+pub const EXIT_OWN_FAILURE: u8 = 125;
+/// Exit status when the command exists but cannot be executed.
+pub const EXIT_NOT_EXECUTABLE: u8 = 126;
+/// Exit status when the command is not found.
+pub const EXIT_NOT_FOUND: u8 = 127;
+
+/// What to do when processes outlive the command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeakPolicy {
+    /// Kill and report them; the exit status is the command's.
+    Warn,
+    /// Kill and report them; a successful command exits [`EXIT_LEAKED`].
+    Fail,
+}
+
+/// Protection settings of a run (the run fills in the paths it knows).
+#[derive(Clone, Debug)]
+pub struct ProtectSettings {
+    /// Filesystem mode.
+    pub mode: ProtectMode,
+    /// `--protect-path`.
+    pub protect_paths: Vec<PathBuf>,
+    /// `--allow-write`.
+    pub allow_write: Vec<PathBuf>,
+    /// `--net`.
+    pub net: NetMode,
+    /// `--require-protection`.
+    pub require: bool,
+}
+
+/// Everything `cleanroom run` was asked to do.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The namespace directory.
+    pub namespace: PathBuf,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+    /// `--timeout`.
+    pub timeout: Option<Duration>,
+    /// `--grace`: between TERM and KILL on timeout or interrupt.
+    pub grace: Duration,
+    /// Between TERM and KILL for leaked processes.
+    pub leak_grace: Duration,
+    /// `--on-leak`.
+    pub on_leak: LeakPolicy,
+    /// `--keep-root`.
+    pub keep_root: bool,
+    /// `--contain`.
+    pub contain: ContainMode,
+    /// Environment options.
+    pub env: EnvOptions,
+    /// Protection.
+    pub protect: ProtectSettings,
+    /// `--exclusive` locks, if any.
+    pub locks: Option<LockRequest>,
+    /// Bound of the reclamation at start.
+    pub gc_budget: Budget,
+}
+
+/// Progress the caller may want to show while the run is set up.
+pub enum Event<'a> {
+    /// A warning to show once (e.g. protection not enforced).
+    Warning(&'a str),
+    /// Waiting for an exclusive lock.
+    Waiting(&'a str),
+    /// The command could not be started.
+    SpawnFailed(&'a str),
+}
+
+/// Escalation of the run's termination, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    /// Nothing asked the run to stop.
+    Running,
+    /// TERM (or the forwarded signal) was sent; KILL at the instant.
+    Signalled(Instant),
+    /// Everything was SIGKILLed.
+    Killed,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// Runs `config.command` in a fresh root and returns the report. `Err` means nothing was run.
+pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<RunReport> {
+    let started = Instant::now();
+    let started_at = SystemTime::now();
+    if config.command.is_empty() {
+        return Err(Error::Invalid(
+            "no command given (usage: cleanroom run [OPTIONS] -- COMMAND [ARGS...])".into(),
+        ));
+    }
+    let signals = RunnerSignals::block()?;
+    let ns = Namespace::open_or_create(&config.namespace)?;
+    let gc = reclaim::gc(
+        &ns,
+        &GcOptions {
+            dry_run: false,
+            include_kept: false,
+            budget: config.gc_budget,
+        },
+        &mut |_, _| {},
+    );
+    let run_id = root::new_run_id()?;
+    let container = Container::new(&run_id, config.contain)?;
+    tracing::info!(
+        "containment: {}{}",
+        container.mechanism(),
+        container
+            .fallback_reason()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    let host = env::host_env();
+    let homes = env::homes_needed(&host, &config.env.pins);
+    let command_text: Vec<String> = config
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let root = Root::create(
+        &ns,
+        &run_id,
+        &RootOptions {
+            command: command_text.clone(),
+            keep: config.keep_root,
+            cgroup: container.cgroup_path().map(|p| p.display().to_string()),
+            homes: homes.clone(),
+        },
+    )?;
+    tracing::info!("root: {}", root.path().display());
+    let setup = prepare_child(config, &ns, &root, &host, &command_text, events);
+    let (mut child_env, protection, held_locks) = match setup {
+        Ok(v) => v,
+        Err(e) => {
+            let removal = root.remove(&ns);
+            if !removal.is_removed() {
+                tracing::warn!(
+                    "cleanup after a failed setup left {}",
+                    removal.path.display()
+                );
+            }
+            return Err(e);
+        }
+    };
+    child_env.vars.extend(
+        held_locks
+            .child_env()
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into())),
+    );
+
+    let mut command = Command::new(&config.command[0]);
+    command
+        .args(&config.command[1..])
+        .env_clear()
+        .envs(&child_env.vars);
+    // SAFETY: setpgid(0, 0) is async-signal-safe and touches no memory.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setpgid(0, 0) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    container.configure(&mut command);
+    let foreground = terminal::Foreground::detect();
+    if let Some(fg) = &foreground {
+        fg.configure(&mut command);
+    }
+    protection.configure(&mut command);
+
+    let mut outcome = Outcome::default();
+    match command.spawn() {
+        Ok(child) => {
+            let main = child.id() as i32;
+            drop(child);
+            supervise(config, &container, &signals, main, &mut outcome);
+        }
+        Err(e) => {
+            let status = match e.kind() {
+                std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+                std::io::ErrorKind::PermissionDenied => EXIT_NOT_EXECUTABLE,
+                _ if e.raw_os_error() == Some(libc::ENOEXEC) => EXIT_NOT_EXECUTABLE,
+                _ => EXIT_OWN_FAILURE,
+            };
+            let message = format!("cannot run {}: {e}", command_text[0]);
+            events(Event::SpawnFailed(&message));
+            outcome.spawn_failure = Some(status);
+        }
+    }
+    if let Some(fg) = &foreground {
+        fg.restore();
+    }
+    drop(signals);
+    drop(held_locks);
+
+    let exit = outcome.exit_info(config);
+    let containment = ContainmentInfo {
+        mechanism: container.mechanism(),
+        fallback_reason: container.fallback_reason().map(str::to_owned),
+        cgroup: container.cgroup_path().map(PathBuf::from),
+    };
+    drop(container);
+    let root_path = root.path().to_path_buf();
+    let cleanup = if config.keep_root {
+        root.keep();
+        None
+    } else {
+        Some(root.remove(&ns))
+    };
+    Ok(RunReport {
+        schema: REPORT_SCHEMA,
+        version: REPORT_VERSION,
+        run_id,
+        root: root_path,
+        command: command_text,
+        started_unix_ms: unix_ms(started_at),
+        duration_ms: started.elapsed().as_millis() as u64,
+        exit,
+        containment,
+        protection: protection.status().clone(),
+        leaks: outcome.leaks,
+        killed: outcome.killed,
+        cleanup,
+        kept_root: config.keep_root,
+        gc,
+        env: EnvInfo {
+            toolchain: child_env.toolchain,
+            homes,
+            dropped: child_env.dropped,
+        },
+    })
+}
+
+/// Locks, environment and protection: everything between the root and the spawn.
+fn prepare_child(
+    config: &RunConfig,
+    ns: &Namespace,
+    root: &Root,
+    host: &std::collections::BTreeMap<OsString, OsString>,
+    command_text: &[String],
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<(env::ChildEnv, Protection, lock::HeldLocks)> {
+    let held = match &config.locks {
+        Some(request) => lock::acquire(
+            ns,
+            request,
+            &LockOwner {
+                run_id: root.run_id().to_string(),
+                command: command_text.to_vec(),
+            },
+            &mut |line| events(Event::Waiting(line)),
+        )?,
+        None => lock::HeldLocks::default(),
+    };
+    let child_env = env::build(host, root.layout(), root.path(), root.run_id(), &config.env);
+    let cwd = std::env::current_dir().map_err(|e| Error::sys("read the current directory", e))?;
+    let protection = Protection::prepare(&ProtectionRequest {
+        mode: config.protect.mode,
+        protect_paths: config.protect.protect_paths.clone(),
+        allow_write: config.protect.allow_write.clone(),
+        net: config.protect.net,
+        require: config.protect.require,
+        real_home: child_env.real_home.clone(),
+        root: root.path().to_path_buf(),
+        cwd,
+        writable_caches: child_env
+            .toolchain
+            .iter()
+            .filter(|t| t.cache)
+            .map(|t| t.path.clone())
+            .collect(),
+    })?;
+    let status = protection.status();
+    if let Some(warning) = status.warning() {
+        events(Event::Warning(&warning));
+    }
+    tracing::info!("protection: {status}");
+    Ok((child_env, protection, held))
+}
+
+/// What happened while the command ran.
+#[derive(Default)]
+struct Outcome {
+    main_status: Option<i32>,
+    ending: Option<Ending>,
+    interrupt_signal: Option<i32>,
+    leaks: Vec<Leak>,
+    killed: Vec<ProcessInfo>,
+    spawn_failure: Option<u8>,
+}
+
+impl Outcome {
+    fn exit_info(&self, config: &RunConfig) -> ExitInfo {
+        let ending = self.ending.unwrap_or(Ending::Exited);
+        let (code, signal) = match self.main_status {
+            Some(raw) if libc::WIFEXITED(raw) => (Some(libc::WEXITSTATUS(raw)), None),
+            Some(raw) if libc::WIFSIGNALED(raw) => (None, Some(libc::WTERMSIG(raw))),
+            _ => (None, None),
+        };
+        let mut status = match (self.spawn_failure, ending, code, signal) {
+            (Some(s), ..) => s,
+            (None, Ending::TimedOut, ..) => EXIT_TIMEOUT,
+            (None, Ending::Interrupted, Some(0), _) => {
+                128 + self.interrupt_signal.unwrap_or(libc::SIGINT) as u8
+            }
+            (None, _, Some(c), _) => c as u8,
+            (None, _, None, Some(s)) => 128u8.saturating_add(s as u8),
+            (None, _, None, None) => EXIT_OWN_FAILURE,
+        };
+        if status == 0 && !self.leaks.is_empty() && config.on_leak == LeakPolicy::Fail {
+            status = EXIT_LEAKED;
+        }
+        ExitInfo {
+            status,
+            code,
+            signal,
+            ending,
+            interrupt_signal: self.interrupt_signal,
+        }
+    }
+}
+
+/// Reaps every exited child; records the main process's raw wait status.
+fn reap_children(main: i32, main_status: &mut Option<i32>) {
+    loop {
+        match rustix::process::wait(WaitOptions::NOHANG) {
+            Ok(Some((pid, status))) => {
+                if pid.as_raw_nonzero().get() == main {
+                    *main_status = Some(status.as_raw());
+                }
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Waits for the main process while honouring the deadline and signals; then handles leaks.
+fn supervise(
+    config: &RunConfig,
+    container: &Container,
+    signals: &RunnerSignals,
+    main: i32,
+    outcome: &mut Outcome,
+) {
+    let deadline = config.timeout.map(|t| Instant::now() + t);
+    let mut stage = Stage::Running;
+    let mut main_status = None;
+    loop {
+        reap_children(main, &mut main_status);
+        if main_status.is_some() {
+            break;
+        }
+        let now = Instant::now();
+        if let (Some(d), Stage::Running) = (deadline, stage) {
+            if now >= d {
+                tracing::info!("timeout: sending TERM to every process of the run");
+                outcome.ending = Some(Ending::TimedOut);
+                container.signal_all(Signal::TERM);
+                stage = Stage::Signalled(now + config.grace);
+            }
+        }
+        if let Stage::Signalled(kill_at) = stage {
+            if now >= kill_at {
+                tracing::info!("grace period over: killing every process of the run");
+                kill_all(container, main, &mut main_status);
+                stage = Stage::Killed;
+                continue;
+            }
+        }
+        let wake = match stage {
+            Stage::Running => deadline,
+            Stage::Signalled(kill_at) => Some(kill_at),
+            Stage::Killed => Some(now + Duration::from_millis(10)),
+        };
+        for received in signals.wait(wake.map(|w| w.saturating_duration_since(Instant::now()))) {
+            let Received::Forward(sig) = received else {
+                continue;
+            };
+            outcome.interrupt_signal = Some(sig);
+            outcome.ending = outcome.ending.max(Some(Ending::Interrupted));
+            match stage {
+                Stage::Running => {
+                    tracing::info!("forwarding signal {sig} to the run");
+                    if let Some(signal) = Signal::from_named_raw(sig) {
+                        container.signal_all(signal);
+                    }
+                    stage = Stage::Signalled(Instant::now() + config.grace);
+                }
+                Stage::Signalled(_) => {
+                    tracing::info!("second signal: killing every process of the run");
+                    kill_all(container, main, &mut main_status);
+                    stage = Stage::Killed;
+                }
+                Stage::Killed => {}
+            }
+        }
+    }
+    outcome.main_status = main_status;
+    let exited_at = Instant::now();
+    let leaked = container.members();
+    if !leaked.is_empty() {
+        outcome.leaks = leaked
+            .into_iter()
+            .map(|process| Leak {
+                process,
+                found_after_ms: exited_at.elapsed().as_millis() as u64,
+            })
+            .collect();
+        let mut ignore = None;
+        outcome.killed =
+            container.terminate(config.leak_grace, &mut || reap_children(main, &mut ignore));
+    }
+    // Reap whatever is left (killed leaks re-parented to us).
+    let mut ignore = None;
+    reap_children(main, &mut ignore);
+}
+
+fn kill_all(container: &Container, main: i32, main_status: &mut Option<i32>) {
+    let mut members = || container.members();
+    let cgroup = container.cgroup_path().is_some();
+    crate::contain::kill_until_empty(
+        &mut members,
+        &mut || reap_children(main, main_status),
+        &mut || cgroup && container.kill_cgroup(),
+    );
+}

@@ -1,0 +1,112 @@
+//! The runner's signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGCHLD are blocked and read from a
+//! signalfd, so the run loop handles them synchronously with no handler code.
+//!
+//! Invariant: the mask is restored when [`RunnerSignals`] is dropped; children start with an empty
+//! mask (the standard library resets it between fork and exec).
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// Signals forwarded to the run.
+pub const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Blocked signals, readable through a descriptor.
+pub struct RunnerSignals {
+    fd: OwnedFd,
+    previous: libc::sigset_t,
+}
+
+/// What the runner was told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// A child changed state.
+    Child,
+    /// One of [`FORWARDED`].
+    Forward(libc::c_int),
+}
+
+impl RunnerSignals {
+    /// Blocks the runner's signals in the calling thread and opens a signalfd for them.
+    pub fn block() -> Result<RunnerSignals> {
+        // SAFETY: sigset_t is plain data; the libc calls only fill and read the local sets.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in FORWARDED.iter().chain([libc::SIGCHLD].iter()) {
+                libc::sigaddset(&mut set, *sig);
+            }
+            let mut previous: libc::sigset_t = std::mem::zeroed();
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous);
+            if rc != 0 {
+                return Err(Error::sys(
+                    "block signals",
+                    std::io::Error::from_raw_os_error(rc),
+                ));
+            }
+            let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+            if fd < 0 {
+                let err = std::io::Error::last_os_error();
+                libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+                return Err(Error::sys("open signalfd", err));
+            }
+            Ok(RunnerSignals {
+                fd: OwnedFd::from_raw_fd(fd),
+                previous,
+            })
+        }
+    }
+
+    /// Waits up to `timeout` (forever when `None`) and returns what arrived, possibly nothing.
+    pub fn wait(&self, timeout: Option<Duration>) -> Vec<Received> {
+        let mut pollfd = [rustix::event::PollFd::new(
+            &self.fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let timeout = timeout.map(|t| {
+            rustix::event::Timespec::try_from(t).unwrap_or(rustix::event::Timespec {
+                tv_sec: i64::MAX / 2,
+                tv_nsec: 0,
+            })
+        });
+        let _ = rustix::event::poll(&mut pollfd, timeout.as_ref());
+        self.drain()
+    }
+
+    /// Reads every pending signal without waiting.
+    pub fn drain(&self) -> Vec<Received> {
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: signalfd_siginfo is plain data; read(2) fills at most its size.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            // SAFETY: the buffer is valid for `size` bytes and the descriptor is ours.
+            let n = unsafe {
+                libc::read(
+                    self.fd.as_fd().as_raw_fd(),
+                    (&mut info as *mut libc::signalfd_siginfo).cast(),
+                    size,
+                )
+            };
+            if n != size as isize {
+                return out;
+            }
+            let signo = info.ssi_signo as libc::c_int;
+            out.push(if signo == libc::SIGCHLD {
+                Received::Child
+            } else {
+                Received::Forward(signo)
+            });
+        }
+    }
+}
+
+impl Drop for RunnerSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `block`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
+        }
+    }
+}
