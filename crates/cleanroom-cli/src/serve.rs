@@ -7,11 +7,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cleanroom::protect::ProtectMode;
 use cleanroom_exec_server::{Config, Listen, DEFAULT_MAX_MESSAGE_BYTES};
 
 use crate::Global;
 
-/// Protection modes `--protect` records.
+/// Write protection applied to every process the server starts.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum Protect {
     /// No kernel policy.
@@ -37,7 +38,8 @@ pub struct ServeArgs {
     /// How long a lost connection's session stays resumable (0: its processes are reaped at once).
     #[arg(long, default_value = "0s", value_name = "DURATION")]
     session_ttl: String,
-    /// Protection mode for started processes (recorded; enforcement is pending).
+    /// Write protection (Landlock) for every process: `home` keeps the real home read-only,
+    /// `strict` allows writes only inside the root, --cwd and device files.
     #[arg(long, value_enum, default_value = "off")]
     protect: Protect,
     /// Largest accepted frame or message; larger ones close the socket with 1009.
@@ -80,9 +82,9 @@ pub fn main(args: ServeArgs, global: &Global) -> u8 {
         Err(e) => return crate::fail(format!("cannot resolve the working directory: {e}")),
     };
     let protect = match args.protect {
-        Protect::Off => "off",
-        Protect::Home => "home",
-        Protect::Strict => "strict",
+        Protect::Off => ProtectMode::Off,
+        Protect::Home => ProtectMode::Home,
+        Protect::Strict => ProtectMode::Strict,
     };
     let config = Config {
         listen,
@@ -90,7 +92,7 @@ pub fn main(args: ServeArgs, global: &Global) -> u8 {
         namespace: global.namespace_path(),
         cwd,
         session_ttl,
-        protect: protect.into(),
+        protect,
         max_message_bytes: args.max_message_bytes,
         max_sessions: args.max_sessions.max(1),
         max_processes: args.max_processes.max(1),

@@ -1198,3 +1198,32 @@ fn stdio_mode_speaks_newline_delimited_json_and_eof_ends_everything() {
         .count();
     assert_eq!(left, 0, "root removed");
 }
+
+#[tokio::test]
+async fn strict_protection_keeps_every_process_writing_inside_the_root_and_cwd() {
+    let work = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let cwd = work.path().to_str().unwrap().to_string();
+    let server = Server::start(&["--protect", "strict", "--cwd", &cwd]);
+    let mut c = server.client().await;
+    let outside = server.state.path().join("outside.txt");
+    let script = format!(
+        "echo a > \"$HOME/in-root\" && echo root-ok; echo b > {cwd}/in-cwd && echo cwd-ok; \
+         (echo c > {}) 2>/dev/null && echo outside-WRITTEN || echo outside-denied",
+        outside.display()
+    );
+    c.start("w", &["sh", "-c", &script], json!({})).await;
+    let text = output_of(&c.until_closed("w").await);
+    let info = c.call("environment/info", json!({})).await.unwrap();
+    let protection = &info["cleanroom"]["protection"];
+    assert_eq!(protection["mode"], "strict", "{info}");
+    if protection["enforcement"] == "full" {
+        for expected in ["root-ok", "cwd-ok", "outside-denied"] {
+            assert!(text.contains(expected), "{text}");
+        }
+        assert!(!outside.exists());
+    } else {
+        eprintln!("Landlock unavailable here; protection reported as {protection}");
+    }
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}

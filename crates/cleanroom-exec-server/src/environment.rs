@@ -4,7 +4,8 @@
 //!
 //! Invariants: the root exists from [`Environment::create`] until [`Environment::shutdown`]; the
 //! container (subreaper, and a cgroup when the server may create one) is set up before the first
-//! spawn; the base environment is built from the host's with secrets dropped (unless the server
+//! spawn; the write protection (`--protect`) is prepared once and applied to every process; the
+//! base environment is built from the host's with secrets dropped (unless the server
 //! allows them) and HOME/TMPDIR/XDG pinned inside the root, and carries `CLEANROOM_RUN_ID`, so
 //! `gc` can reclaim the root and kill what is left if the server is killed.
 
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use cleanroom::contain::{ContainMode, Container, Mechanism};
 use cleanroom::env::EnvOptions;
+use cleanroom::protect::{NetMode, ProtectMode, Protection, ProtectionRequest};
 use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
 use serde_json::{json, Value};
@@ -35,8 +37,8 @@ pub struct EnvironmentOptions {
     pub cwd: PathBuf,
     /// Pass secret-looking host variables through.
     pub allow_secret_env: bool,
-    /// The recorded protection mode (`off`, `home`, `strict`).
-    pub protect: String,
+    /// Write protection applied to every process (`off`, `home`, `strict`).
+    pub protect: ProtectMode,
 }
 
 /// The live environment.
@@ -50,9 +52,9 @@ pub struct Environment {
     container: Mutex<Option<Container>>,
     mechanism: Mechanism,
     base: BTreeMap<String, String>,
+    protection: Protection,
     cwd: PathBuf,
     shell: PathBuf,
-    protect: String,
 }
 
 impl Environment {
@@ -83,6 +85,34 @@ impl Environment {
             },
         )?;
         let child = cleanroom::env::build(&host, root.layout(), root.path(), &run_id, &env_options);
+        let protection = Protection::prepare(&ProtectionRequest {
+            mode: options.protect,
+            protect_paths: Vec::new(),
+            allow_write: Vec::new(),
+            net: NetMode::Host,
+            require: false,
+            real_home: child.real_home.clone(),
+            root: root.path().to_path_buf(),
+            cwd: options.cwd.clone(),
+            writable_caches: child
+                .toolchain
+                .iter()
+                .filter(|t| t.cache)
+                .map(|t| t.path.clone())
+                .collect(),
+        });
+        let protection = match protection {
+            Ok(protection) => protection,
+            Err(e) => {
+                root.remove(&namespace);
+                return Err(e.into());
+            }
+        };
+        let status = protection.status();
+        match status.warning() {
+            Some(warning) => tracing::warn!("{warning}"),
+            None => tracing::info!("protection: {status}"),
+        }
         let base: BTreeMap<String, String> = child
             .vars
             .into_iter()
@@ -101,9 +131,9 @@ impl Environment {
             mechanism: container.mechanism(),
             container: Mutex::new(Some(container)),
             base,
+            protection,
             cwd: options.cwd.clone(),
             shell,
-            protect: options.protect.clone(),
         })
     }
 
@@ -115,6 +145,11 @@ impl Environment {
     /// The run id of the environment's root.
     pub fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    /// The write protection every process gets.
+    pub fn protection(&self) -> &Protection {
+        &self.protection
     }
 
     /// Runs `f` with the containment every process joins, or `None` once shut down.
@@ -142,7 +177,7 @@ impl Environment {
             "cleanroom": {
                 "runId": self.run_id,
                 "containment": self.mechanism,
-                "protect": self.protect,
+                "protection": self.protection.status(),
             },
         })
     }

@@ -10,7 +10,7 @@
 //!     namespace: "/tmp/cleanroom-0".into(),
 //!     cwd: "/".into(),
 //!     session_ttl: std::time::Duration::ZERO,
-//!     protect: "off".into(),
+//!     protect: cleanroom::protect::ProtectMode::Off,
 //!     max_message_bytes: cleanroom_exec_server::DEFAULT_MAX_MESSAGE_BYTES,
 //!     max_sessions: 64,
 //!     max_processes: 256,

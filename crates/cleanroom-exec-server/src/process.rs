@@ -22,6 +22,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use cleanroom::contain::Container;
 use cleanroom::process::ProcessId;
+use cleanroom::protect::Protection;
 use futures_util::FutureExt;
 use rustix::process::Signal;
 use serde_json::{json, Value};
@@ -155,6 +156,7 @@ impl Process {
     pub fn spawn(
         spec: &Spec,
         container: &Container,
+        protection: &Protection,
         reaper: &Reaper,
         outlet: Arc<Outlet>,
     ) -> Result<(Arc<Process>, Started), RpcError> {
@@ -193,6 +195,13 @@ impl Process {
             }
             None
         };
+        if let Some(hook) = protection.child_hook() {
+            // SAFETY: the hook makes only raw, async-signal-safe system calls on data captured
+            // before the fork; it is registered last, so it is the last step before exec.
+            unsafe {
+                command.pre_exec(hook);
+            }
+        }
         let mut child = {
             let mut guard = reaper.spawning();
             let child = command.spawn().map_err(|e| {

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cleanroom::protect::ProtectMode;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -65,8 +66,8 @@ pub struct Config {
     pub cwd: PathBuf,
     /// `--session-ttl`: how long a lost connection's session stays resumable (0: reap at once).
     pub session_ttl: Duration,
-    /// `--protect`: recorded and reported.
-    pub protect: String,
+    /// `--protect`: write protection applied to every process.
+    pub protect: ProtectMode,
     /// `--max-message-bytes`.
     pub max_message_bytes: usize,
     /// `--max-sessions`.
@@ -114,7 +115,7 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
         namespace: config.namespace.clone(),
         cwd: config.cwd.clone(),
         allow_secret_env: config.allow_secret_env,
-        protect: config.protect.clone(),
+        protect: config.protect,
     })?;
     let shared = Arc::new(Shared {
         env,

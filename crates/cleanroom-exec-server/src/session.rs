@@ -79,7 +79,13 @@ impl Session {
             }
         }
         let (process, started) = env.with_container(|container| match container {
-            Some(container) => Process::spawn(spec, container, reaper, self.outlet.clone()),
+            Some(container) => Process::spawn(
+                spec,
+                container,
+                env.protection(),
+                reaper,
+                self.outlet.clone(),
+            ),
             None => Err(RpcError::internal("the server is shutting down")),
         })?;
         table
