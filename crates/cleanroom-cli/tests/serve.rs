@@ -333,6 +333,16 @@ impl Client {
     }
 }
 
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
 fn decode(chunk: &Value) -> String {
     String::from_utf8_lossy(&BASE64.decode(chunk.as_str().unwrap()).unwrap()).into_owned()
 }
@@ -1137,6 +1147,13 @@ async fn the_server_survives_floods_stalled_readers_and_thousands_of_connections
     assert_eq!(
         junk.call("environment/status", json!({})).await.unwrap()["status"],
         "ready"
+    );
+    // The unread flood is held back by the child's pipe, not buffered by the server.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_kib = rss_kib(server.child.id());
+    assert!(
+        rss_kib < 100 * 1024,
+        "server RSS {rss_kib} KiB with a stalled reader"
     );
     drop(sockets);
     let run_id = fresh.run_id.clone();

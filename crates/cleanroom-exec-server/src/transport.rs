@@ -27,7 +27,7 @@ use crate::protocol::{self, RpcError};
 use crate::server::Shared;
 
 /// Messages queued per connection before senders wait.
-const QUEUE: usize = 256;
+const QUEUE: usize = 64;
 /// Longest time for the HTTP upgrade.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Interval of server pings.
