@@ -96,10 +96,15 @@ impl Server {
     }
 
     /// SIGTERM, exit 0, no root left, nothing of the server alive.
-    fn stop(mut self, run_id: &str) {
+    fn stop(self, run_id: &str) {
+        self.stop_with(libc::SIGTERM, run_id);
+    }
+
+    /// `signal`, exit 0, no root left, nothing of the server alive.
+    fn stop_with(mut self, signal: i32, run_id: &str) {
         let pid = self.child.id() as i32;
         // SAFETY: kill(2) on the pid of our own child, which has not been waited for.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
         let status = wait_timeout(&mut self.child, Duration::from_secs(20)).expect("server exits");
         assert_eq!(status.code(), Some(0), "server exit status");
         let left: Vec<String> = std::fs::read_dir(self.ns())
@@ -980,6 +985,20 @@ async fn sigterm_reaps_every_session_and_removes_the_root() {
     let run_id = a.run_id.clone();
     let started = Instant::now();
     server.stop(&run_id);
+    assert!(pids.iter().all(|&p| !alive(p)));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn sigint_reaps_every_session_and_removes_the_root() {
+    let server = Server::start(&[]);
+    let mut a = server.client().await;
+    let mut b = server.client().await;
+    let mut pids = start_resistant_tree(&mut a, "a", &server.marker).await;
+    pids.extend(start_resistant_tree(&mut b, "b", &server.marker).await);
+    let run_id = a.run_id.clone();
+    let started = Instant::now();
+    server.stop_with(libc::SIGINT, &run_id);
     assert!(pids.iter().all(|&p| !alive(p)));
     assert!(started.elapsed() < Duration::from_secs(10));
 }

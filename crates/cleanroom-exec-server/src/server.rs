@@ -1,5 +1,5 @@
 //! The server's lifecycle: configuration, start (environment, listener, URL), the background
-//! orphan reaper, and shutdown on SIGTERM/SIGINT (or stdin EOF in stdio mode).
+//! orphan reaper, and shutdown on SIGTERM/SIGINT/SIGHUP (or stdin EOF in stdio mode).
 //!
 //! Invariants: the URL is reported only once the listener is bound and the root exists;
 //! shutdown ends every session (reaping every process tree), sweeps whatever is still contained,
@@ -101,7 +101,7 @@ impl Shared {
     }
 }
 
-/// Runs the server until SIGTERM/SIGINT (or stdin EOF with `Listen::Stdio`). `ready` receives
+/// Runs the server until SIGTERM/SIGINT/SIGHUP (or stdin EOF with `Listen::Stdio`). `ready` receives
 /// the URL once clients can connect (not called in stdio mode).
 pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
     if let Listen::WebSocket(addr) = &config.listen {
@@ -149,6 +149,7 @@ async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) ->
         signal(SignalKind::terminate()).map_err(|e| Error::Io("handle SIGTERM", e))?;
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| Error::Io("handle SIGINT", e))?;
+    let mut hangup = signal(SignalKind::hangup()).map_err(|e| Error::Io("handle SIGHUP", e))?;
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(reap_orphans_forever(shared.reaper.clone()));
     let mut clients = match listen {
@@ -173,6 +174,7 @@ async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) ->
     let clients_done = tokio::select! {
         _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); false }
         _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); false }
+        _ = hangup.recv() => { tracing::info!("SIGHUP: shutting down"); false }
         _ = &mut clients => { tracing::info!("input closed: shutting down"); true }
     };
     let _ = stop.send(true);
