@@ -1263,3 +1263,45 @@ async fn strict_protection_keeps_every_process_writing_inside_the_root_and_cwd()
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
+
+#[tokio::test]
+async fn a_killed_server_leaves_a_root_and_processes_that_gc_reclaims() {
+    let mut server = Server::start(&[]);
+    let mut c = server.client().await;
+    let pids = start_resistant_tree(&mut c, "orphans", &server.marker).await;
+    let run_id = c.run_id.clone();
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    assert!(
+        pids.iter().all(|&p| alive(p)),
+        "SIGKILL gives the server no chance"
+    );
+    let roots = |ns: &Path| {
+        std::fs::read_dir(ns)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("run-"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        roots(&server.ns()).len(),
+        1,
+        "the dead server's root is still there"
+    );
+    let gc = Command::new(env!("CARGO_BIN_EXE_cleanroom"))
+        .arg("--state-dir")
+        .arg(server.ns())
+        .arg("gc")
+        .output()
+        .unwrap();
+    assert!(
+        gc.status.success(),
+        "gc: {}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    wait_dead(&pids, Duration::from_secs(10));
+    let left = roots(&server.ns());
+    assert!(left.is_empty(), "gc reclaimed the root: {left:?}");
+    assert_no_survivors(&run_id, &server.marker);
+}
