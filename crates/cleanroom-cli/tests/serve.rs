@@ -773,6 +773,18 @@ async fn stdin_reaches_the_process_and_a_repeated_write_id_is_written_once() {
         .await
         .unwrap();
     assert_eq!(r["status"], "unknownProcess");
+
+    c.start(
+        "z",
+        &["cat", "/proc/self/cmdline"],
+        json!({"arg0": "renamed-zero"}),
+    )
+    .await;
+    let cmdline = output_of(&c.until_closed("z").await);
+    assert_eq!(
+        cmdline, "renamed-zero\0/proc/self/cmdline\0",
+        "arg0 becomes argv[0]"
+    );
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
