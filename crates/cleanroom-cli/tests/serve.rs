@@ -857,6 +857,39 @@ async fn read_cursors_are_byte_limited_and_long_polls_wait_for_events() {
         "next seq counts exited and closed"
     );
 
+    c.start("big", &["head", "-c", "3145728", "/dev/zero"], json!({}))
+        .await;
+    let streamed: usize = c
+        .until_closed("big")
+        .await
+        .iter()
+        .filter(|n| n["method"] == "process/output")
+        .map(|n| {
+            BASE64
+                .decode(n["params"]["chunk"].as_str().unwrap())
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(streamed, 3 << 20, "notifications carry everything");
+    let kept = c
+        .call("process/read", json!({"processId": "big"}))
+        .await
+        .unwrap();
+    let chunks = kept["chunks"].as_array().unwrap();
+    let kept_bytes: usize = chunks
+        .iter()
+        .map(|c| BASE64.decode(c["chunk"].as_str().unwrap()).unwrap().len())
+        .sum();
+    assert!(
+        kept_bytes <= 1 << 20,
+        "retention keeps the newest 1 MiB: {kept_bytes}"
+    );
+    assert!(
+        chunks[0]["seq"].as_u64().unwrap() > 1,
+        "the oldest chunks were dropped"
+    );
+
     c.start("w", &["sh", "-c", "sleep 0.3; echo x"], json!({}))
         .await;
     let started = Instant::now();
