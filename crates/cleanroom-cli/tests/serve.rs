@@ -1008,7 +1008,27 @@ async fn terminate_kills_a_term_resistant_tree_and_replies_after_reaping() {
 async fn socket_loss_reaps_a_term_resistant_group_and_its_setsid_child() {
     let server = Server::start(&[]);
     let mut c = server.client().await;
-    let pids = start_resistant_tree(&mut c, "g", &server.marker).await;
+    let mut pids = start_resistant_tree(&mut c, "g", &server.marker).await;
+    // A descendant that clears its environment and outlives its parent, holding stdout.
+    let escapee = format!(
+        "env -i setsid sh -c \"trap '' TERM; while :; do sleep 0.1; done; : {}\" & echo $!",
+        server.marker
+    );
+    c.start("e", &["sh", "-c", &escapee], json!({})).await;
+    let text = c.output_until("e", "\n").await;
+    let escaped = pids_in(&text)[0];
+    let exited = loop {
+        let n = c.notification().await;
+        if n["params"]["processId"] == "e" && n["method"] != "process/output" {
+            break n;
+        }
+    };
+    assert_eq!(
+        exited["method"], "process/exited",
+        "not closed while the escapee holds stdout"
+    );
+    assert!(alive(escaped));
+    pids.push(escaped);
     let run_id = c.run_id.clone();
     drop(c);
     wait_dead(&pids, Duration::from_secs(10));

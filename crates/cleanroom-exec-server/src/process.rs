@@ -219,10 +219,11 @@ impl Process {
         })?;
         let main = ProcessId::of(pid)
             .ok_or_else(|| RpcError::internal(format!("cannot read /proc/{pid}/stat")))?;
-        let (outputs, stdin) = match &terminal {
+        let (outputs, stdin, output_links) = match &terminal {
             Some(master) => (
                 Outputs::Pty(master.clone()),
                 Some(Stdin::Pty(master.clone())),
+                vec![master.slave().as_os_str().as_bytes().to_vec()],
             ),
             None => {
                 let stdout = child.stdout.take().expect("stdout is piped");
@@ -230,9 +231,14 @@ impl Process {
                 // Larger pipes let a fast writer run ahead while the client catches up.
                 let _ = rustix::pipe::fcntl_setpipe_size(&stdout, PIPE_SIZE);
                 let _ = rustix::pipe::fcntl_setpipe_size(&stderr, PIPE_SIZE);
+                let links = [pipe_link(&stdout), pipe_link(&stderr)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
                 (
                     Outputs::Pipes(stdout, stderr),
                     child.stdin.take().map(Stdin::Pipe),
+                    links,
                 )
             }
         };
@@ -242,6 +248,7 @@ impl Process {
             membership: Membership {
                 main,
                 env_entry: format!("{EXEC_ID_VAR}={}", spec.exec_id).into_bytes(),
+                output_links,
             },
             terminal,
             state: Mutex::new(State {
@@ -575,6 +582,12 @@ fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
         "failure": null,
         "sandboxDenied": false,
     })
+}
+
+/// How a holder's `/proc/<pid>/fd` link names this pipe: `pipe:[<inode>]`.
+fn pipe_link(pipe: &impl std::os::fd::AsFd) -> Option<Vec<u8>> {
+    let stat = rustix::fs::fstat(pipe).ok()?;
+    Some(format!("pipe:[{}]", stat.st_ino).into_bytes())
 }
 
 fn exit_code(status: std::process::ExitStatus) -> i32 {

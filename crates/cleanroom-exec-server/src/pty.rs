@@ -7,6 +7,8 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use rustix::fs::{Mode, OFlags};
@@ -18,6 +20,8 @@ use tokio::io::unix::AsyncFd;
 #[derive(Debug)]
 pub struct Master {
     fd: AsyncFd<OwnedFd>,
+    /// The slave's path (`/dev/pts/N`), which is what holders' `/proc/<pid>/fd` links show.
+    slave: PathBuf,
 }
 
 /// Opens a terminal pair sized 80×24 and makes `command` run on its slave side.
@@ -59,10 +63,18 @@ pub fn attach(command: &mut tokio::process::Command) -> io::Result<Master> {
     // SAFETY: `master` is an open descriptor owned by the AsyncFd from here on; OwnedFd always
     // reports the same descriptor and nothing else closes it.
     let fd = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;
-    Ok(Master { fd })
+    Ok(Master {
+        fd,
+        slave: PathBuf::from(std::ffi::OsStr::from_bytes(name.as_bytes())),
+    })
 }
 
 impl Master {
+    /// The slave's path.
+    pub fn slave(&self) -> &Path {
+        &self.slave
+    }
+
     /// Reads what the terminal has; `Ok(0)` once every slave descriptor is closed (EIO).
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {

@@ -10,6 +10,7 @@
 //! before it is registered cannot be stolen from tokio.
 
 use std::collections::HashSet;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -68,13 +69,16 @@ impl SpawnGuard<'_> {
 
 /// Who belongs to one started process: its main process while it lives, that process's
 /// descendants, and every descendant of the server that carries its `CLEANROOM_EXEC_ID` (setsid
-/// and double-forked children that re-parented to the server).
+/// and double-forked children that re-parented to the server) or holds one of its output
+/// descriptors (the same, after clearing its environment).
 #[derive(Clone, Debug)]
 pub struct Membership {
     /// The main process, named by pid + start time.
     pub main: ProcessId,
     /// `CLEANROOM_EXEC_ID=<uuid>`, exactly as in the environment.
     pub env_entry: Vec<u8>,
+    /// The output descriptors as `/proc/<pid>/fd` links show them (`pipe:[ino]`, `/dev/pts/N`).
+    pub output_links: Vec<Vec<u8>>,
 }
 
 impl Membership {
@@ -88,10 +92,25 @@ impl Membership {
             pids.extend(process::descendants(self.main.pid));
         }
         for pid in process::descendants(server) {
-            if !pids.contains(&pid) && process::environ_has(pid, &self.env_entry) {
+            if !pids.contains(&pid)
+                && (process::environ_has(pid, &self.env_entry) || self.holds_output(pid))
+            {
                 pids.push(pid);
             }
         }
         pids.into_iter().filter_map(process::info).collect()
+    }
+
+    fn holds_output(&self, pid: i32) -> bool {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|link| {
+                self.output_links
+                    .iter()
+                    .any(|l| l == link.as_os_str().as_bytes())
+            })
+        })
     }
 }
