@@ -29,6 +29,8 @@ struct Server {
     url: String,
     state: tempfile::TempDir,
     marker: String,
+    /// Everything the server writes to stdout after the URL (must stay empty).
+    stdout_rest: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Server {
@@ -62,10 +64,10 @@ impl Server {
             url.starts_with("ws://127.0.0.1:"),
             "first stdout line: {url:?}"
         );
-        let mut rest = String::new();
-        std::thread::spawn(move || {
+        let rest = std::thread::spawn(move || {
+            let mut rest = String::new();
             let _ = stdout.read_to_string(&mut rest);
-            assert!(rest.is_empty(), "serve wrote more to stdout: {rest:?}");
+            rest
         });
         let marker = format!("crmark{}x{}", std::process::id(), random_u64());
         Server {
@@ -73,6 +75,7 @@ impl Server {
             url,
             state,
             marker,
+            stdout_rest: Some(rest),
         }
     }
 
@@ -107,6 +110,11 @@ impl Server {
         assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
         let status = wait_timeout(&mut self.child, Duration::from_secs(20)).expect("server exits");
         assert_eq!(status.code(), Some(0), "server exit status");
+        let rest = self.stdout_rest.take().unwrap().join().unwrap();
+        assert!(
+            rest.is_empty(),
+            "serve wrote more than the URL to stdout: {rest:?}"
+        );
         let left: Vec<String> = std::fs::read_dir(self.ns())
             .unwrap()
             .flatten()
@@ -119,9 +127,16 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// A failed test still asks the server to reap its processes before killing it.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on the pid of our own child, which has not been waited for.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            if wait_timeout(&mut self.child, Duration::from_secs(10)).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
     }
 }
 
@@ -1369,4 +1384,31 @@ async fn a_killed_server_leaves_a_root_and_processes_that_gc_reclaims() {
     let left = roots(&server.ns());
     assert!(left.is_empty(), "gc reclaimed the root: {left:?}");
     assert_no_survivors(&run_id, &server.marker);
+}
+
+#[test]
+fn bad_options_and_a_non_loopback_address_are_refused() {
+    let state = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    for args in [
+        &["--listen", "ws://0.0.0.0:0"][..],
+        &["--listen", "http://127.0.0.1:0"],
+        &["--session-ttl", "ten"],
+        &["--protect", "everything"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cleanroom"))
+            .arg("--state-dir")
+            .arg(state.path().join("ns"))
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.trim().is_empty(), "{args:?}: an explanation");
+    }
+    let left = std::fs::read_dir(state.path().join("ns"))
+        .map(|d| d.flatten().count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "no root was created");
 }
