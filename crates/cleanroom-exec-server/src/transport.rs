@@ -144,6 +144,7 @@ async fn refuse(mut ws: WebSocketStream<TcpStream>) -> Result<(), WsError> {
 /// Reads (without consuming) the HTTP request line.
 async fn peek_request_line(tcp: &TcpStream) -> std::io::Result<String> {
     let mut buf = [0u8; 1024];
+    let mut pause = Duration::from_millis(2);
     loop {
         tcp.readable().await?;
         let n = tcp.peek(&mut buf).await?;
@@ -156,8 +157,9 @@ async fn peek_request_line(tcp: &TcpStream) -> std::io::Result<String> {
         if n == buf.len() {
             return Ok(String::from_utf8_lossy(&buf).into_owned());
         }
-        // Part of a line has arrived; peek again shortly instead of spinning on readiness.
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Part of a line has arrived and stays readable; back off instead of spinning on it.
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
     }
 }
 
