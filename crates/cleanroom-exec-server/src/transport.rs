@@ -88,22 +88,40 @@ pub async fn serve_websocket(
 }
 
 async fn handle_socket(
-    mut tcp: TcpStream,
+    tcp: TcpStream,
     shared: Arc<Shared>,
     capability: &str,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), WsError> {
+    let limit = shared.max_message_bytes;
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, upgrade(tcp, limit));
+    let upgraded = tokio::select! {
+        upgraded = handshake => upgraded.map_err(|_| WsError::Io(std::io::ErrorKind::TimedOut.into()))??,
+        _ = shutdown.changed() => return Ok(()),
+    };
+    let Some((ws, path)) = upgraded else {
+        return Ok(());
+    };
+    if !constant_time_eq(path.as_bytes(), capability.as_bytes()) {
+        return refuse(ws).await;
+    }
+    run_websocket(ws, shared, shutdown).await;
+    Ok(())
+}
+
+/// Answers `GET /readyz` (`None`), or completes the WebSocket upgrade and returns the path.
+async fn upgrade(
+    mut tcp: TcpStream,
+    limit: usize,
+) -> Result<Option<(WebSocketStream<TcpStream>, String)>, WsError> {
     let _ = tcp.set_nodelay(true);
-    let first_line = tokio::time::timeout(HANDSHAKE_TIMEOUT, peek_request_line(&tcp))
-        .await
-        .map_err(|_| WsError::Io(std::io::ErrorKind::TimedOut.into()))??;
+    let first_line = peek_request_line(&tcp).await?;
     if first_line.starts_with("GET /readyz ") || first_line.starts_with("GET /readyz?") {
         tcp.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
             .await?;
         let _ = tcp.shutdown().await;
-        return Ok(());
+        return Ok(None);
     }
-    let limit = shared.max_message_bytes;
     let config = WebSocketConfig::default()
         .max_message_size(Some(limit))
         .max_frame_size(Some(limit));
@@ -114,17 +132,8 @@ async fn handle_socket(
         path = request.uri().path().to_string();
         Ok(response)
     };
-    let ws = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(config)),
-    )
-    .await
-    .map_err(|_| WsError::Io(std::io::ErrorKind::TimedOut.into()))??;
-    if !constant_time_eq(path.as_bytes(), capability.as_bytes()) {
-        return refuse(ws).await;
-    }
-    run_websocket(ws, shared, shutdown).await;
-    Ok(())
+    let ws = tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(config)).await?;
+    Ok(Some((ws, path)))
 }
 
 /// Completes the upgrade's aftermath for a wrong path: close 1008 `unauthorized`.
