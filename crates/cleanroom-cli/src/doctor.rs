@@ -1,12 +1,26 @@
-//! `cleanroom doctor` (being written).
+//! `cleanroom doctor`: what this machine allows, and which containment and protection `run`
+//! will use and why. The probing is `cleanroom::doctor`.
 
 use crate::Global;
 
 /// Options of `cleanroom doctor`.
 #[derive(clap::Args, Debug)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
 
 /// Prints what this machine allows.
-pub fn main(_args: DoctorArgs, _global: &Global) -> u8 {
-    crate::fail("doctor is not implemented yet")
+pub fn main(args: DoctorArgs, _global: &Global) -> u8 {
+    let report = cleanroom::doctor::probe();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("report serializes")
+        );
+    } else {
+        print!("{report}");
+    }
+    0
 }

@@ -132,11 +132,14 @@ pub fn gc_main(args: GcArgs, global: &Global) -> u8 {
 
 /// Lists the namespace.
 pub fn list_main(args: ListArgs, global: &Global) -> u8 {
-    let entries = match open(global) {
-        Ok(Some(ns)) => reclaim::list(&ns, args.sizes),
-        Ok(None) => Vec::new(),
+    let ns = match open(global) {
+        Ok(ns) => ns,
         Err(e) => return crate::fail(e),
     };
+    let entries = ns
+        .as_ref()
+        .map(|ns| reclaim::list(ns, args.sizes))
+        .unwrap_or_default();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&entries).expect("json"));
         return 0;
@@ -162,6 +165,21 @@ pub fn list_main(args: ListArgs, global: &Global) -> u8 {
             e.command.join(" "),
             e.reason
         );
+    }
+    if let Some(ns) = &ns {
+        match cleanroom::lock::list(ns) {
+            Ok(locks) => {
+                for lock in locks {
+                    println!(
+                        "lock     {}:{}  {}",
+                        lock.record.scope,
+                        lock.record.name,
+                        lock.describe()
+                    );
+                }
+            }
+            Err(e) => eprintln!("cleanroom: cannot list locks: {e}"),
+        }
     }
     0
 }

@@ -80,20 +80,26 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Logs go to stderr: warnings by default, `-v` decisions, `-vv` details; `CLEANROOM_LOG`
+/// takes a full filter (`CLEANROOM_LOG=cleanroom=trace`).
 fn init_logging(verbose: u8) {
-    let level = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CLEANROOM_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
-        .without_time()
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time();
+    match std::env::var("CLEANROOM_LOG") {
+        Ok(filter) => builder
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .init(),
+        Err(_) => builder
+            .with_max_level(match verbose {
+                0 => tracing::Level::WARN,
+                1 => tracing::Level::INFO,
+                _ => tracing::Level::DEBUG,
+            })
+            .init(),
+    }
 }
 
 /// Prints a one-line error for cleanroom's own failure and returns its exit status.

@@ -90,6 +90,11 @@ pub const TOOLCHAIN_HOMES: &[ToolchainDefault] = &[
         cache: true,
     },
     ToolchainDefault {
+        var: "YARN_CACHE_FOLDER",
+        default: ".cache/yarn",
+        cache: true,
+    },
+    ToolchainDefault {
         var: "UV_CACHE_DIR",
         default: ".cache/uv",
         cache: true,

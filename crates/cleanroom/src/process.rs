@@ -167,8 +167,19 @@ pub fn is_dead_or_zombie(pid: i32) -> bool {
 }
 
 /// The command line of `pid`, for reports.
+///
+/// A process caught in the middle of `execve` briefly shows an empty command line; it is read
+/// again a few times before falling back to the kernel's short name.
 pub fn command_line(pid: i32) -> String {
-    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let path = format!("/proc/{pid}/cmdline");
+    let mut raw = fs::read(&path).unwrap_or_default();
+    for _ in 0..5 {
+        if !raw.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        raw = fs::read(&path).unwrap_or_default();
+    }
     let parts: Vec<String> = raw
         .split(|&b| b == 0)
         .filter(|p| !p.is_empty())

@@ -24,7 +24,7 @@
 //!
 //! In both modes these are always writable, even inside a protected path ("the most specific
 //! path wins"): the root, the working directory, `allow_write`, and in `home` mode the toolchain
-//! caches of [`toolchain_caches`]. A protected path that *equals* one of them stays protected.
+//! caches the environment keeps at their real location (`env::TOOLCHAIN_HOMES` marked as caches). A protected path that *equals* one of them stays protected.
 //! All paths are canonicalized first (Landlock rules bind inodes), so a protected directory is
 //! protected whatever spelling the command uses: absolute, relative, through a symlink.
 //!
@@ -69,7 +69,6 @@
 pub(crate) mod linux;
 mod plan;
 
-use std::ffi::OsString;
 use std::fmt;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -196,7 +195,7 @@ pub struct ProtectionRequest {
     /// The run's working directory.
     pub cwd: PathBuf,
     /// Toolchain caches the run must be able to write even inside the real home in `home` mode
-    /// (see [`toolchain_caches`]); those that do not exist are skipped. Not used by `strict`.
+    /// (the caches of `env::TOOLCHAIN_HOMES`); those that do not exist are skipped. Not used by `strict`.
     pub writable_caches: Vec<PathBuf>,
 }
 
@@ -475,74 +474,9 @@ fn probe_net_isolation() -> Result<String> {
     })
 }
 
-/// The toolchain caches a run must be able to write, resolved from the runner's environment
-/// (before HOME moves; `var` looks a variable up in it) against the real home.
-///
-/// | tool | variable | default |
-/// |---|---|---|
-/// | cargo (registry, git checkouts, package-cache lock, last-use tracker) | `CARGO_HOME` | `~/.cargo` |
-/// | Go modules | `GOMODCACHE`, else first of `GOPATH` + `/pkg/mod` | `~/go/pkg/mod` |
-/// | Go build cache | `GOCACHE` | `$XDG_CACHE_HOME/go-build`, `~/.cache/go-build` |
-/// | npm | `npm_config_cache` | `~/.npm` |
-/// | pip | `PIP_CACHE_DIR` | `$XDG_CACHE_HOME/pip`, `~/.cache/pip` |
-/// | yarn | `YARN_CACHE_FOLDER` | `$XDG_CACHE_HOME/yarn`, `~/.cache/yarn` |
-/// | bun | `BUN_INSTALL_CACHE_DIR`, else `BUN_INSTALL` + `/install/cache` | `~/.bun/install/cache` |
-///
-/// `RUSTUP_HOME` is deliberately not writable: a run uses the installed toolchains and cannot
-/// change them. Paths that do not exist are returned too; [`Protection::prepare`] skips them.
-pub fn toolchain_caches(real_home: &Path, var: impl Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
-    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    let cache_home = set("XDG_CACHE_HOME").unwrap_or_else(|| real_home.join(".cache"));
-    let gopath = var("GOPATH")
-        .and_then(|v| std::env::split_paths(&v).next())
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| real_home.join("go"));
-    vec![
-        set("CARGO_HOME").unwrap_or_else(|| real_home.join(".cargo")),
-        set("GOMODCACHE").unwrap_or_else(|| gopath.join("pkg/mod")),
-        set("GOCACHE").unwrap_or_else(|| cache_home.join("go-build")),
-        set("npm_config_cache").unwrap_or_else(|| real_home.join(".npm")),
-        set("PIP_CACHE_DIR").unwrap_or_else(|| cache_home.join("pip")),
-        set("YARN_CACHE_FOLDER").unwrap_or_else(|| cache_home.join("yarn")),
-        set("BUN_INSTALL_CACHE_DIR").unwrap_or_else(|| {
-            set("BUN_INSTALL")
-                .unwrap_or_else(|| real_home.join(".bun"))
-                .join("install/cache")
-        }),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn toolchain_caches_follow_the_environment_then_the_real_home() {
-        let home = Path::new("/home/u");
-        let defaults = toolchain_caches(home, |_| None);
-        assert_eq!(
-            defaults,
-            [
-                "/home/u/.cargo",
-                "/home/u/go/pkg/mod",
-                "/home/u/.cache/go-build",
-                "/home/u/.npm",
-                "/home/u/.cache/pip",
-                "/home/u/.cache/yarn",
-                "/home/u/.bun/install/cache",
-            ]
-            .map(PathBuf::from)
-        );
-        let set = toolchain_caches(home, |name| match name {
-            "CARGO_HOME" => Some("/opt/cargo".into()),
-            "GOPATH" => Some("/g1:/g2".into()),
-            "XDG_CACHE_HOME" => Some("/xdg".into()),
-            _ => None,
-        });
-        assert_eq!(set[0], Path::new("/opt/cargo"));
-        assert_eq!(set[1], Path::new("/g1/pkg/mod"));
-        assert_eq!(set[2], Path::new("/xdg/go-build"));
-    }
 
     #[test]
     fn modes_parse_and_print_the_cli_spelling() {

@@ -67,6 +67,7 @@ pub struct Removal {
     /// Where the tree is now (its quarantine name, or the original name if it was refused).
     pub path: PathBuf,
     /// The outcome.
+    #[serde(flatten)]
     pub status: RemovalStatus,
     /// How many walks were made.
     pub attempts: u32,

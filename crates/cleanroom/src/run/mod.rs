@@ -1,8 +1,9 @@
 //! The lifecycle of `cleanroom run`; see `docs/design.md` for the picture.
 //!
 //! 1. open the namespace; reclaim stale roots (bounded);
-//! 2. contain (subreaper, cgroup), create and publish the root, take the liveness lock;
-//! 3. take exclusive locks; build the environment and the protection policy;
+//! 2. take exclusive locks (signals still default: an interrupted wait leaves nothing behind);
+//! 3. block the runner's signals; contain (subreaper, cgroup); create and publish the root with
+//!    its liveness lock; build the environment and the protection policy;
 //! 4. spawn the command (own process group, cgroup, terminal, protection, all in `pre_exec`);
 //! 5. wait for its exit, the deadline, or a signal to the runner (forward, grace, KILL; a second
 //!    signal kills at once);
@@ -138,7 +139,6 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
             "no command given (usage: cleanroom run [OPTIONS] -- COMMAND [ARGS...])".into(),
         ));
     }
-    let signals = RunnerSignals::block()?;
     let ns = Namespace::open_or_create(&config.namespace)?;
     let gc = reclaim::gc(
         &ns,
@@ -150,6 +150,26 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         &mut |_, _| {},
     );
     let run_id = root::new_run_id()?;
+    let command_text: Vec<String> = config
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    // Locks come first, while signals still have their default effect: an interrupted or
+    // timed-out wait leaves nothing behind, because nothing has been created yet.
+    let held_locks = match &config.locks {
+        Some(request) => lock::acquire(
+            &ns,
+            request,
+            &LockOwner {
+                run_id: run_id.clone(),
+                command: command_text.clone(),
+            },
+            &mut |line| events(Event::Waiting(line)),
+        )?,
+        None => lock::HeldLocks::default(),
+    };
+    let signals = RunnerSignals::block()?;
     let container = Container::new(&run_id, config.contain)?;
     tracing::info!(
         "containment: {}{}",
@@ -161,11 +181,6 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     );
     let host = env::host_env();
     let homes = env::homes_needed(&host, &config.env.pins);
-    let command_text: Vec<String> = config
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
     let root = Root::create(
         &ns,
         &run_id,
@@ -177,8 +192,8 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         },
     )?;
     tracing::info!("root: {}", root.path().display());
-    let setup = prepare_child(config, &ns, &root, &host, &command_text, events);
-    let (mut child_env, protection, held_locks) = match setup {
+    let setup = prepare_child(config, &root, &host, events);
+    let (mut child_env, protection) = match setup {
         Ok(v) => v,
         Err(e) => {
             let removal = root.remove(&ns);
@@ -283,27 +298,13 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     })
 }
 
-/// Locks, environment and protection: everything between the root and the spawn.
+/// Environment and protection: everything between the root and the spawn.
 fn prepare_child(
     config: &RunConfig,
-    ns: &Namespace,
     root: &Root,
     host: &std::collections::BTreeMap<OsString, OsString>,
-    command_text: &[String],
     events: &mut dyn FnMut(Event<'_>),
-) -> Result<(env::ChildEnv, Protection, lock::HeldLocks)> {
-    let held = match &config.locks {
-        Some(request) => lock::acquire(
-            ns,
-            request,
-            &LockOwner {
-                run_id: root.run_id().to_string(),
-                command: command_text.to_vec(),
-            },
-            &mut |line| events(Event::Waiting(line)),
-        )?,
-        None => lock::HeldLocks::default(),
-    };
+) -> Result<(env::ChildEnv, Protection)> {
     let child_env = env::build(host, root.layout(), root.path(), root.run_id(), &config.env);
     let cwd = std::env::current_dir().map_err(|e| Error::sys("read the current directory", e))?;
     let protection = Protection::prepare(&ProtectionRequest {
@@ -327,7 +328,7 @@ fn prepare_child(
         events(Event::Warning(&warning));
     }
     tracing::info!("protection: {status}");
-    Ok((child_env, protection, held))
+    Ok((child_env, protection))
 }
 
 /// What happened while the command ran.
