@@ -39,6 +39,11 @@ impl Server {
     }
 
     fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::start_with(args, env, false)
+    }
+
+    /// `blocked`: start the server with TERM, INT, HUP and CHLD blocked, as some supervisors do.
+    fn start_with(args: &[&str], env: &[(&str, &str)], blocked: bool) -> Server {
         let base = Path::new("/dev/shm");
         let state = if base.is_dir() {
             tempfile::tempdir_in(base).unwrap()
@@ -55,6 +60,22 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if blocked {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: sigemptyset/sigaddset/pthread_sigmask on a stack set between fork and
+            // exec; async-signal-safe, no allocation.
+            unsafe {
+                command.pre_exec(|| {
+                    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+                    libc::sigemptyset(set.as_mut_ptr());
+                    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD] {
+                        libc::sigaddset(set.as_mut_ptr(), signal);
+                    }
+                    libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
+                    Ok(())
+                });
+            }
+        }
         let mut child = command.spawn().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut url = String::new();
@@ -1421,4 +1442,16 @@ fn bad_options_and_a_non_loopback_address_are_refused() {
         .map(|d| d.flatten().count())
         .unwrap_or(0);
     assert_eq!(left, 0, "no root was created");
+}
+
+#[tokio::test]
+async fn a_server_started_with_signals_blocked_still_stops_and_its_children_start_unblocked() {
+    let server = Server::start_with(&[], &[], true);
+    let mut c = server.client().await;
+    c.start("m", &["grep", "SigBlk", "/proc/self/status"], json!({}))
+        .await;
+    let text = output_of(&c.until_closed("m").await);
+    assert_eq!(text.trim(), "SigBlk:\t0000000000000000");
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
 }

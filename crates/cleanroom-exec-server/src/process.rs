@@ -171,6 +171,21 @@ impl Process {
             command.arg0(arg0);
         }
         container.configure(command.as_std_mut());
+        // SAFETY: runs between fork and exec and makes two raw, async-signal-safe calls on a
+        // stack-allocated set: the child starts with no blocked signals, whatever the server's
+        // parent blocked (a command started with TERM blocked could never be asked to stop).
+        unsafe {
+            command.pre_exec(|| {
+                let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+                libc::sigemptyset(empty.as_mut_ptr());
+                if libc::pthread_sigmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut())
+                    != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let terminal = if spec.tty {
             let master = pty::attach(&mut command)
                 .map_err(|e| RpcError::internal(format!("cannot open a terminal: {e}")))?;

@@ -111,6 +111,7 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
             )));
         }
     }
+    unblock_signals()?;
     let env = Environment::create(&EnvironmentOptions {
         namespace: config.namespace.clone(),
         cwd: config.cwd.clone(),
@@ -213,6 +214,25 @@ async fn reap_orphans_forever(reaper: Reaper) {
         }
         let reaper = reaper.clone();
         let _ = tokio::task::spawn_blocking(move || reaper.reap_orphans()).await;
+    }
+}
+
+/// Empties the signal mask inherited from whoever started the server, before any thread exists,
+/// so SIGTERM/SIGINT/SIGHUP and SIGCHLD reach the runtime's handlers.
+fn unblock_signals() -> Result<(), Error> {
+    // SAFETY: sigemptyset initialises the set; pthread_sigmask only reads it.
+    let rc = unsafe {
+        let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(empty.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut())
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::Io(
+            "unblock signals",
+            std::io::Error::from_raw_os_error(rc),
+        ))
     }
 }
 
