@@ -42,7 +42,8 @@ impl Server {
         Server::start_with(args, env, false)
     }
 
-    /// `blocked`: start the server with TERM, INT, HUP and CHLD blocked, as some supervisors do.
+    /// `blocked`: start the server with TERM, INT, HUP and CHLD blocked and INT, QUIT ignored,
+    /// as some supervisors and `cmd &` in scripts do.
     fn start_with(args: &[&str], env: &[(&str, &str)], blocked: bool) -> Server {
         let base = Path::new("/dev/shm");
         let state = if base.is_dir() {
@@ -72,6 +73,8 @@ impl Server {
                         libc::sigaddset(set.as_mut_ptr(), signal);
                     }
                     libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
+                    libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+                    libc::signal(libc::SIGINT, libc::SIG_IGN);
                     Ok(())
                 });
             }
@@ -1448,10 +1451,20 @@ fn bad_options_and_a_non_loopback_address_are_refused() {
 async fn a_server_started_with_signals_blocked_still_stops_and_its_children_start_unblocked() {
     let server = Server::start_with(&[], &[], true);
     let mut c = server.client().await;
-    c.start("m", &["grep", "SigBlk", "/proc/self/status"], json!({}))
-        .await;
+    c.start(
+        "m",
+        &["grep", "-E", "SigBlk|SigIgn", "/proc/self/status"],
+        json!({}),
+    )
+    .await;
     let text = output_of(&c.until_closed("m").await);
-    assert_eq!(text.trim(), "SigBlk:\t0000000000000000");
+    // Standard signals (1-31) only: 32 and 33 belong to the C library.
+    for line in text.lines() {
+        let (name, mask) = line.split_once(":\t").unwrap();
+        let mask = u64::from_str_radix(mask, 16).unwrap();
+        assert_eq!(mask & 0x7fff_ffff, 0, "{name} of a child: {mask:#x}");
+    }
+    assert_eq!(text.lines().count(), 2, "{text}");
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
