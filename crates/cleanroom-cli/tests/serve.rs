@@ -813,13 +813,15 @@ async fn stdin_reaches_the_process_and_a_repeated_write_id_is_written_once() {
         .unwrap();
     assert_eq!(r["status"], "unknownProcess");
 
+    // An id that needs escaping in JSON.
+    let odd_id = "z \"quoted\" \\ é";
     c.start(
-        "z",
+        odd_id,
         &["cat", "/proc/self/cmdline"],
         json!({"arg0": "renamed-zero"}),
     )
     .await;
-    let cmdline = output_of(&c.until_closed("z").await);
+    let cmdline = output_of(&c.until_closed(odd_id).await);
     assert_eq!(
         cmdline, "renamed-zero\0/proc/self/cmdline\0",
         "arg0 becomes argv[0]"

@@ -374,10 +374,21 @@ impl Process {
     }
 
     async fn publish_output(&self, stream: StreamKind, data: Vec<u8>) {
-        let encoded = BASE64.encode(&data);
-        let seq = {
+        // Only this task changes `next_seq`, so it can be read before the chunk is published.
+        let seq = self.lock().next_seq;
+        // Written by hand, the chunk encoded straight into the message: it is the bulk of the
+        // bytes and needs neither escaping nor a copy through a `Value`.
+        let mut text = String::with_capacity(data.len() * 4 / 3 + 160);
+        text.push_str(r#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":"#);
+        text.push_str(&Value::String(self.id.clone()).to_string());
+        text.push_str(&format!(
+            r#","seq":{seq},"stream":"{}","chunk":""#,
+            stream.name()
+        ));
+        BASE64.encode_string(&data, &mut text);
+        text.push_str(r#""}}"#);
+        {
             let mut state = self.lock();
-            let seq = state.next_seq;
             state.next_seq += 1;
             state.bytes += data.len();
             state.chunks.push_back(Chunk { seq, stream, data });
@@ -387,16 +398,8 @@ impl Process {
                     None => break,
                 }
             }
-            seq
-        };
+        }
         self.events.send_replace(());
-        // Written by hand: the chunk is the bulk of the bytes and needs neither escaping nor a
-        // copy through a `Value`.
-        let text = format!(
-            r#"{{"jsonrpc":"2.0","method":"process/output","params":{{"processId":{},"seq":{seq},"stream":"{}","chunk":"{encoded}"}}}}"#,
-            Value::String(self.id.clone()),
-            stream.name()
-        );
         self.outlet.send(text).await;
     }
 
