@@ -28,8 +28,10 @@
 //! - `start`, `envpolicy`, `uri`: validation of `process/start`, the child environment, file URIs;
 //! - `process`, `pty`, `outlet`: one process's pumps, seqs, retention, stdin, signals;
 //! - `reaper`: membership of a process tree, its termination, and orphan reaping;
-//! - `environment`: the root, the containment and the base environment;
+//! - `environment`: the root, the containment, the write protection and the base environment;
 //! - `server`: configuration, start and shutdown.
+//!
+//! `DESIGN.md` beside this crate's manifest draws the tasks and states the invariants.
 #![deny(missing_docs)]
 #![cfg(target_os = "linux")]
 
