@@ -49,6 +49,8 @@ pub const TERMINATE_GRACE: Duration = Duration::from_secs(1);
 pub const MAX_WAIT: Duration = Duration::from_millis(30_000);
 /// How long `exited` waits for output still in the pipes when the main process has exited.
 const EXIT_DRAIN: Duration = Duration::from_millis(50);
+/// How long a streaming pipe's chunk may wait to fill up.
+const COALESCE: Duration = Duration::from_millis(1);
 /// Largest chunk read from a pipe or terminal at once.
 const READ_CHUNK: usize = 64 * 1024;
 /// Capacity asked for the output pipes.
@@ -629,21 +631,33 @@ async fn pump_reader(
 ) {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut eof = false;
+    let mut last_sent: Option<Instant> = None;
     while !eof {
         let mut n = match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        // Take whatever else is already in the pipe without waiting: fewer, larger chunks when
-        // the child writes faster than the client reads, no added latency when it does not.
+        // A child that is streaming (a chunk went out within COALESCE) gets up to COALESCE to
+        // fill the chunk: fewer, larger chunks under load. An occasional write goes out at once.
+        let streaming = last_sent.is_some_and(|t| t.elapsed() < COALESCE);
+        let deadline = Instant::now() + COALESCE;
         while n < buf.len() {
-            match reader.read(&mut buf[n..]).now_or_never() {
-                Some(Ok(0)) | Some(Err(_)) => {
+            let more = match reader.read(&mut buf[n..]).now_or_never() {
+                Some(result) => result,
+                None if streaming => {
+                    match tokio::time::timeout_at(deadline, reader.read(&mut buf[n..])).await {
+                        Ok(result) => result,
+                        Err(_) => break,
+                    }
+                }
+                None => break,
+            };
+            match more {
+                Ok(0) | Err(_) => {
                     eof = true;
                     break;
                 }
-                Some(Ok(more)) => n += more,
-                None => break,
+                Ok(more) => n += more,
             }
         }
         if tx
@@ -653,6 +667,7 @@ async fn pump_reader(
         {
             return;
         }
+        last_sent = Some(Instant::now());
     }
     let _ = tx.send(Event::Eof).await;
 }
