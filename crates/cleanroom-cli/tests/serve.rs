@@ -440,6 +440,14 @@ async fn prints_only_the_url_and_reports_an_environment_inside_its_root() {
     let roots: Vec<_> = std::fs::read_dir(server.ns()).unwrap().flatten().collect();
     assert_eq!(roots.len(), 1, "one root while serving");
     let run_id = client.run_id.clone();
+    client.ws.close(None).await.unwrap();
+    let reply = tokio::time::timeout(TIMEOUT, client.ws.next())
+        .await
+        .unwrap();
+    assert!(
+        matches!(reply, Some(Ok(Message::Close(_))) | None),
+        "the closing handshake completes: {reply:?}"
+    );
     server.stop(&run_id);
 }
 

@@ -218,7 +218,10 @@ async fn run_websocket(
                                 code: CloseCode::from(code),
                                 reason: reason.into(),
                             };
-                            sink.send(Message::Close(Some(frame))).await?;
+                            // After the peer's Close this send is refused, but the flush
+                            // still delivers the reply tungstenite queued.
+                            let _ = sink.send(Message::Close(Some(frame))).await;
+                            sink.flush().await?;
                             return Ok(false);
                         }
                     }
@@ -251,7 +254,13 @@ async fn run_websocket(
             frame = stream.next() => match frame {
                 Some(Ok(Message::Text(text))) => connection.handle(text.as_bytes()).await,
                 Some(Ok(Message::Binary(bytes))) => connection.handle(&bytes).await,
-                Some(Ok(Message::Close(_))) | None => break,
+                Some(Ok(Message::Close(_))) => {
+                    // Completes the closing handshake (tungstenite has queued the reply).
+                    let _ = queue.try_send(Outbound::Close(1000, ""));
+                    closing = true;
+                    break;
+                }
+                None => break,
                 Some(Ok(_)) => {}
                 Some(Err(WsError::Capacity(e))) => {
                     tracing::info!("closing a connection with 1009: {e}");
