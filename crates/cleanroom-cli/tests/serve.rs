@@ -1169,36 +1169,66 @@ async fn host_secrets_in_the_server_environment_never_reach_a_child() {
 
 #[tokio::test]
 async fn a_session_resumes_within_its_ttl_and_is_reaped_after_it() {
-    let server = Server::start(&["--session-ttl", "1500ms"]);
+    let server = Server::start(&["--session-ttl", "3s"]);
     let mut c = server.client().await;
     let session = c.session.clone();
     let run_id = c.run_id.clone();
-    let script = format!("sleep 0.3; echo buffered; sleep 30; : {}", server.marker);
+    let script = format!(
+        "echo pid $$; sleep 0.3; echo buffered; sleep 30; : {}",
+        server.marker
+    );
     c.start("p", &["sh", "-c", &script], json!({})).await;
     drop(c);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut resumed = Client::connect(&server.url).await;
-    resumed
-        .initialize_with(json!({"resumeSessionId": session}))
-        .await
-        .unwrap();
+    // Until the server has noticed the lost socket, the session is still attached (-32010).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut resumed = loop {
+        let mut attempt = Client::connect(&server.url).await;
+        match attempt
+            .initialize_with(json!({"resumeSessionId": session}))
+            .await
+        {
+            Ok(()) => break attempt,
+            Err((-32010, _)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("resume failed: {e:?}"),
+        }
+    };
     assert_eq!(resumed.session, session);
     let r = resumed
         .call("process/read", json!({"processId": "p", "waitMs": 2000}))
         .await
         .unwrap();
-    assert_eq!(
-        output_of_read(&r),
-        "buffered\n",
-        "output kept while detached"
+    let mut text = output_of_read(&r);
+    if !text.contains("buffered") {
+        let cursor = r["nextSeq"].as_u64().unwrap() - 1;
+        let more = resumed
+            .call(
+                "process/read",
+                json!({"processId": "p", "afterSeq": cursor, "waitMs": 5000}),
+            )
+            .await
+            .unwrap();
+        text.push_str(&output_of_read(&more));
+    }
+    assert!(
+        text.ends_with("buffered\n"),
+        "output kept while detached: {text:?}"
     );
+    let pid = pids_in(&text)[0];
     let mut thief = Client::connect(&server.url).await;
     let (code, _) = thief
         .error("initialize", json!({"resumeSessionId": session}))
         .await;
     assert_eq!(code, -32010);
     drop(resumed);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let detached = Instant::now();
+    wait_dead(&[pid], Duration::from_secs(15));
+    assert!(
+        detached.elapsed() >= Duration::from_millis(2500),
+        "kept for the ttl: {:?}",
+        detached.elapsed()
+    );
     let mut late = Client::connect(&server.url).await;
     let (code, _) = late
         .error("initialize", json!({"resumeSessionId": session}))
