@@ -662,6 +662,33 @@ async fn output_exit_and_close_arrive_in_seq_order_after_the_start_result() {
     assert_eq!(by_stream["stdout"], "out");
     assert_eq!(by_stream["stderr"], "err");
 
+    // Output still in the pipe when the main process exits precedes `exited`, even while a
+    // descendant keeps the pipe open.
+    let script = format!(
+        "head -c 300000 /dev/zero; (sleep 0.5; : {}) & exit 0",
+        server.marker
+    );
+    c.start("drain", &["sh", "-c", &script], json!({})).await;
+    let events = c.until_closed("drain").await;
+    let exit_index = events
+        .iter()
+        .position(|n| n["method"] == "process/exited")
+        .unwrap();
+    let before: usize = events[..exit_index]
+        .iter()
+        .map(|n| {
+            BASE64
+                .decode(n["params"]["chunk"].as_str().unwrap())
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(
+        before, 300_000,
+        "all output written before the exit precedes exited"
+    );
+    assert_eq!(events.len(), exit_index + 2, "then only closed");
+
     c.start("p2", &["sh", "-c", "kill -9 $$"], json!({})).await;
     let events = c.until_closed("p2").await;
     assert_eq!(events[events.len() - 2]["params"]["exitCode"], 137);

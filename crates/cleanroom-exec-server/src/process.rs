@@ -47,8 +47,8 @@ pub const CLOSED_RETENTION: Duration = Duration::from_secs(60);
 pub const TERMINATE_GRACE: Duration = Duration::from_secs(1);
 /// Longest long-poll.
 pub const MAX_WAIT: Duration = Duration::from_millis(30_000);
-/// How long `exited` waits for output still in the pipes when the main process has exited.
-const EXIT_DRAIN: Duration = Duration::from_millis(50);
+/// How long the exit barrier waits for terminal output still in the line discipline.
+const TERMINAL_DRAIN: Duration = Duration::from_millis(10);
 /// How long a streaming pipe's chunk may wait to fill up.
 const COALESCE: Duration = Duration::from_millis(1);
 /// Largest chunk read from a pipe or terminal at once.
@@ -114,9 +114,17 @@ struct State {
 
 enum Event {
     Output(StreamKind, Vec<u8>),
-    Eof,
+    /// Output descriptor `i` reached EOF.
+    Eof(usize),
+    /// Output descriptor `i` has handed over everything it held when asked (see `Drain`).
+    Drained(usize),
     Exited(i32),
 }
+
+/// The barrier the emitter raises when the main process has exited: each pump hands over what
+/// its descriptor already holds, then answers `Drained` (or `Eof`), so output written before the
+/// exit always precedes `exited`, however late the pump is scheduled.
+type Drain = Arc<tokio::sync::Notify>;
 
 enum Stdin {
     Pipe(ChildStdin),
@@ -295,15 +303,31 @@ impl Process {
     /// Starts the pumps, the waiter and the emitter.
     pub fn begin(self: &Arc<Self>, started: Started, reaper: Reaper) {
         let (tx, rx) = mpsc::channel(16);
-        let streams = match started.outputs {
+        let drains: Vec<Drain> = match started.outputs {
             Outputs::Pipes(stdout, stderr) => {
-                tokio::spawn(pump_reader(stdout, StreamKind::Stdout, tx.clone()));
-                tokio::spawn(pump_reader(stderr, StreamKind::Stderr, tx.clone()));
-                2
+                let (out, err) = (Drain::default(), Drain::default());
+                let pump = |kind, index, drain| Pump {
+                    kind,
+                    index,
+                    drain,
+                    drain_grace: None,
+                    tx: tx.clone(),
+                };
+                tokio::spawn(pump(StreamKind::Stdout, 0, out.clone()).run(stdout));
+                tokio::spawn(pump(StreamKind::Stderr, 1, err.clone()).run(stderr));
+                vec![out, err]
             }
             Outputs::Pty(master) => {
-                tokio::spawn(pump_terminal(master, tx.clone()));
-                1
+                let drain = Drain::default();
+                let pump = Pump {
+                    kind: StreamKind::Pty,
+                    index: 0,
+                    drain: drain.clone(),
+                    drain_grace: Some(TERMINAL_DRAIN),
+                    tx: tx.clone(),
+                };
+                tokio::spawn(pump.run(Terminal(master)));
+                vec![drain]
             }
         };
         let process = self.clone();
@@ -320,7 +344,7 @@ impl Process {
             process.reaped.send_replace(true);
             let _ = tx.send(Event::Exited(code)).await;
         });
-        tokio::spawn(self.clone().emit(rx, streams));
+        tokio::spawn(self.clone().emit(rx, drains));
     }
 
     /// The client's id.
@@ -338,39 +362,38 @@ impl Process {
         !*self.reaped.borrow()
     }
 
-    async fn emit(self: Arc<Self>, mut rx: mpsc::Receiver<Event>, mut open: usize) {
-        let mut pending_exit: Option<(i32, Instant)> = None;
+    async fn emit(self: Arc<Self>, mut rx: mpsc::Receiver<Event>, drains: Vec<Drain>) {
+        let mut open = vec![true; drains.len()];
+        let mut drained = vec![false; drains.len()];
+        let mut pending_exit: Option<i32> = None;
         let mut exited = false;
         loop {
-            let event = match pending_exit {
-                Some((code, deadline)) => tokio::select! {
-                    event = rx.recv() => event,
-                    () = tokio::time::sleep_until(deadline) => {
-                        pending_exit = None;
-                        self.publish_exit(code).await;
-                        exited = true;
-                        continue;
-                    }
-                },
-                None => rx.recv().await,
-            };
-            match event {
+            match rx.recv().await {
                 Some(Event::Output(stream, data)) => self.publish_output(stream, data).await,
-                Some(Event::Eof) => open = open.saturating_sub(1),
+                Some(Event::Eof(i)) => open[i] = false,
+                Some(Event::Drained(i)) => drained[i] = true,
                 Some(Event::Exited(code)) => {
-                    pending_exit = Some((code, Instant::now() + EXIT_DRAIN))
+                    pending_exit = Some(code);
+                    for (drain, _) in drains.iter().zip(&open).filter(|(_, open)| **open) {
+                        drain.notify_one();
+                    }
                 }
-                None => open = 0,
+                None => open.iter_mut().for_each(|o| *o = false),
             }
-            if open == 0 {
-                if let Some((code, _)) = pending_exit.take() {
+            if let Some(code) = pending_exit {
+                if open
+                    .iter()
+                    .zip(&drained)
+                    .all(|(open, drained)| !open || *drained)
+                {
+                    pending_exit = None;
                     self.publish_exit(code).await;
                     exited = true;
                 }
-                if exited {
-                    self.publish_closed().await;
-                    return;
-                }
+            }
+            if exited && open.iter().all(|o| !o) {
+                self.publish_closed().await;
+                return;
             }
         }
     }
@@ -624,69 +647,127 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .unwrap_or(-1)
 }
 
-async fn pump_reader(
-    mut reader: impl AsyncRead + Unpin,
-    stream: StreamKind,
+/// Something a pump reads output from: a pipe, or the terminal's master side.
+trait Source {
+    async fn read_into(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+}
+
+impl<R: AsyncRead + Unpin> Source for R {
+    async fn read_into(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.read(buf).await
+    }
+}
+
+/// The terminal's master side as a [`Source`].
+struct Terminal(Arc<Master>);
+
+impl Source for Terminal {
+    async fn read_into(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf).await
+    }
+}
+
+/// Reads one output descriptor and hands its chunks to the emitter.
+struct Pump {
+    kind: StreamKind,
+    index: usize,
+    drain: Drain,
+    /// How long the barrier waits for output still on its way: the terminal's line discipline
+    /// hands written bytes to the master side asynchronously; a pipe needs no wait.
+    drain_grace: Option<Duration>,
     tx: mpsc::Sender<Event>,
-) {
-    let mut buf = vec![0u8; READ_CHUNK];
-    let mut eof = false;
-    let mut last_sent: Option<Instant> = None;
-    while !eof {
-        let mut n = match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        // A child that is streaming (a chunk went out within COALESCE) gets up to COALESCE to
-        // fill the chunk: fewer, larger chunks under load. An occasional write goes out at once.
-        let streaming = last_sent.is_some_and(|t| t.elapsed() < COALESCE);
-        let deadline = Instant::now() + COALESCE;
-        while n < buf.len() {
-            let more = match reader.read(&mut buf[n..]).now_or_never() {
-                Some(result) => result,
-                None if streaming => {
-                    match tokio::time::timeout_at(deadline, reader.read(&mut buf[n..])).await {
-                        Ok(result) => result,
-                        Err(_) => break,
+}
+
+impl Pump {
+    async fn run(self, mut source: impl Source) {
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut last_sent: Option<Instant> = None;
+        'pump: loop {
+            let first = tokio::select! {
+                biased;
+                () = self.drain.notified() => {
+                    // The main process has exited: hand over everything already there (as many
+                    // buffers as it takes), without waiting for more.
+                    let mut grace = self.drain_grace.map(|g| Instant::now() + g);
+                    loop {
+                        let (n, eof) = self.fill(&mut source, &mut buf, 0, grace.take()).await;
+                        if !self.send(&buf[..n]).await {
+                            return;
+                        }
+                        if eof {
+                            break 'pump;
+                        }
+                        if n < buf.len() {
+                            break;
+                        }
                     }
+                    if self.tx.send(Event::Drained(self.index)).await.is_err() {
+                        return;
+                    }
+                    continue;
                 }
-                None => break,
+                read = source.read_into(&mut buf) => read,
+            };
+            let n = match first {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // A child that is streaming (a chunk went out within COALESCE) gets up to COALESCE to
+            // fill the chunk: fewer, larger chunks under load. An occasional write goes out at
+            // once.
+            let streaming = last_sent.is_some_and(|t| t.elapsed() < COALESCE);
+            let deadline = streaming.then(|| Instant::now() + COALESCE);
+            let (n, eof) = self.fill(&mut source, &mut buf, n, deadline).await;
+            if !self.send(&buf[..n]).await {
+                return;
+            }
+            last_sent = Some(Instant::now());
+            if eof {
+                break;
+            }
+        }
+        let _ = self.tx.send(Event::Eof(self.index)).await;
+    }
+
+    /// Reads more into `buf[n..]`: what is already there, and until `deadline` if given.
+    /// Returns the new length and whether EOF was reached.
+    async fn fill(
+        &self,
+        source: &mut impl Source,
+        buf: &mut [u8],
+        mut n: usize,
+        deadline: Option<Instant>,
+    ) -> (usize, bool) {
+        while n < buf.len() {
+            let more = match source.read_into(&mut buf[n..]).now_or_never() {
+                Some(result) => result,
+                None => match deadline {
+                    Some(deadline) => {
+                        match tokio::time::timeout_at(deadline, source.read_into(&mut buf[n..]))
+                            .await
+                        {
+                            Ok(result) => result,
+                            Err(_) => return (n, false),
+                        }
+                    }
+                    None => return (n, false),
+                },
             };
             match more {
-                Ok(0) | Err(_) => {
-                    eof = true;
-                    break;
-                }
+                Ok(0) | Err(_) => return (n, true),
                 Ok(more) => n += more,
             }
         }
-        if tx
-            .send(Event::Output(stream, buf[..n].to_vec()))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        last_sent = Some(Instant::now());
+        (n, false)
     }
-    let _ = tx.send(Event::Eof).await;
-}
 
-async fn pump_terminal(master: Arc<Master>, tx: mpsc::Sender<Event>) {
-    let mut buf = vec![0u8; READ_CHUNK];
-    loop {
-        match master.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if tx
-                    .send(Event::Output(StreamKind::Pty, buf[..n].to_vec()))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
+    async fn send(&self, data: &[u8]) -> bool {
+        if data.is_empty() {
+            return true;
         }
+        self.tx
+            .send(Event::Output(self.kind, data.to_vec()))
+            .await
+            .is_ok()
     }
-    let _ = tx.send(Event::Eof).await;
 }
