@@ -8,8 +8,9 @@
 //!
 //! Invariants: seqs start at 1 and are shared by output, `exited` and `closed`; there is exactly
 //! one `exited` and one `closed`, and `closed` is last: it is emitted only after the exit and EOF
-//! on every output descriptor; the retention buffer holds at most [`RETAIN_BYTES`] bytes and
-//! [`RETAIN_CHUNKS`] chunks, dropping the oldest.
+//! on every output descriptor; output a descriptor held when the main process exited precedes
+//! `exited` (the exit barrier, see [`Drain`]); the retention buffer holds at most
+//! [`RETAIN_BYTES`] bytes and [`RETAIN_CHUNKS`] chunks, dropping the oldest.
 
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
