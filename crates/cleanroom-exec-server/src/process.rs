@@ -66,7 +66,7 @@ pub struct Spec {
     pub process_id: String,
     /// The command.
     pub argv: Vec<String>,
-    /// argv[0] override.
+    /// Override of `argv[0]`.
     pub arg0: Option<String>,
     /// Working directory.
     pub cwd: PathBuf,
