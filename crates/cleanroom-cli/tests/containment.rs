@@ -82,7 +82,7 @@ fn loop_ignoring_term_dies_with_the_run() {
 
 #[test]
 fn process_forking_while_being_killed_dies_with_all_its_children() {
-    escape_dies_with_the_run("forker", &format!("{FORKER}\nsleep 0.2"), &["forker"]);
+    escape_dies_with_the_run("forker", &format!("{FORKER}\nsleep 1"), &["forker"]);
 }
 
 #[test]
@@ -101,7 +101,7 @@ fn grandchild_holding_stdout_does_not_keep_the_run_waiting() {
             stdout.read_to_string(&mut text).unwrap();
             (text, started.elapsed())
         });
-        let out = common::wait_with_deadline(child, Duration::from_secs(20));
+        let out = sandbox.wait_for_runner(child, Duration::from_secs(20));
         let returned = started.elapsed();
         let (text, eof) = reader.join().unwrap();
         assert!(

@@ -200,10 +200,10 @@ fn term_and_int_reach_the_command_before_any_kill() {
                while :; do sleep 0.05; done"#
         )
     };
-    let timeout = sandbox.run_bash(&["--timeout", "300ms", "--grace", "30s"], &script("TERM"));
+    let timeout = sandbox.run_bash(&["--timeout", "300ms", "--grace", "10s"], &script("TERM"));
     timeout.assert_status(124);
     let interrupt =
-        sandbox.run_bash_interrupted(&["--grace", "30s"], &script("INT"), &["INT"], Signal::INT);
+        sandbox.run_bash_interrupted(&["--grace", "10s"], &script("INT"), &["INT"], Signal::INT);
     interrupt.assert_status(130);
     for (run, sig) in [(&timeout, "TERM"), (&interrupt, "INT")] {
         let caught = std::fs::read_to_string(sandbox.scratch().join(format!("caught-{sig}")));
@@ -237,7 +237,7 @@ fn a_second_sigint_kills_at_once() {
     common::send_signal(&child, Signal::INT);
     std::thread::sleep(Duration::from_millis(300));
     common::send_signal(&child, Signal::INT);
-    let out = common::wait_with_deadline(child, Duration::from_secs(20));
+    let out = sandbox.wait_for_runner(child, Duration::from_secs(20));
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the second SIGINT did not kill at once: {:?}",

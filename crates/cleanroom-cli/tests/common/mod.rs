@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::ffi::OsStr;
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -249,10 +250,10 @@ impl Sandbox {
         self.finish(cmd, &report)
     }
 
-    /// Like [`Sandbox::run`] with `bash -c PRELUDE+script` as the command.
+    /// Like [`Sandbox::run`] with `bash -c PRELUDE+script MARKER` as the command.
     pub fn run_bash(&self, run_args: &[&str], script: &str) -> Run {
-        let full = format!("{PRELUDE}\n{script}");
-        self.run(run_args, &["bash", "-c", &full])
+        let (cmd, report) = self.bash_command(run_args, script);
+        self.finish(cmd, &report)
     }
 
     /// Builds the `run` invocation; returns it with the report path it will write.
@@ -266,10 +267,11 @@ impl Sandbox {
         (self.command(&args), report)
     }
 
-    /// The bash command line for `script` (with the prelude), for callers that spawn themselves.
+    /// The `run` invocation of `bash -c PRELUDE+script MARKER`: the marker is the shell's `$0`,
+    /// so the command itself is found by the survivor checks too.
     pub fn bash_command(&self, run_args: &[&str], script: &str) -> (Command, PathBuf) {
         let full = format!("{PRELUDE}\n{script}");
-        self.run_command(run_args, &["bash", "-c", &full])
+        self.run_command(run_args, &["bash", "-c", &full, &self.marker])
     }
 
     /// Runs `cmd` to completion and collects its output and report.
@@ -300,7 +302,7 @@ impl Sandbox {
         let child = cmd.spawn().expect("spawn cleanroom");
         self.wait_ready(names, &child);
         send_signal(&child, signal);
-        let out = wait_with_deadline(child, Duration::from_secs(30));
+        let out = self.wait_for_runner(child, Duration::from_secs(60));
         collect(
             out.status,
             out.stdout,
@@ -308,6 +310,44 @@ impl Sandbox {
             started.elapsed(),
             &report,
         )
+    }
+
+    /// Waits for the runner to exit, draining its piped stdout and stderr meanwhile (a run with
+    /// many leaks writes more than a pipe holds). After `limit` it kills the runner and every
+    /// marked process and panics. The pipes must reach EOF within 5 s of the runner's exit.
+    pub fn wait_for_runner(&self, mut child: Child, limit: Duration) -> std::process::Output {
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for the runner") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                self.kill_marked();
+                panic!("the runner did not return within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let eof = |rx: std::sync::mpsc::Receiver<Vec<u8>>, name: &str| {
+            rx.recv_timeout(Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("the runner's {name} stayed open after it exited"))
+        };
+        std::process::Output {
+            status,
+            stdout: eof(stdout, "stdout"),
+            stderr: eof(stderr, "stderr"),
+        }
+    }
+
+    /// SIGKILLs every process carrying this sandbox's marker.
+    fn kill_marked(&self) {
+        for (pid, _) in processes_with(&self.marker) {
+            // SAFETY: kill(2) with a pid read from /proc; no memory is involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
 
     /// Waits (up to 10 s) for the pid files of `names`; panics if the runner exits first.
@@ -380,10 +420,7 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         // A failed test must not leave its processes behind either.
-        for (pid, _) in processes_with(&self.marker) {
-            // SAFETY: kill(2) with a pid read from /proc; no memory is involved.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
+        self.kill_marked();
         // Roots kept or left by a failing test may hold read-only directories.
         let _ = Command::new("chmod")
             .args(["-R", "u+rwx"])
@@ -391,6 +428,19 @@ impl Drop for Sandbox {
             .stderr(Stdio::null())
             .status();
     }
+}
+
+/// Reads `pipe` to EOF on a thread; the bytes arrive on the returned channel (empty for `None`).
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        let _ = tx.send(bytes);
+    });
+    rx
 }
 
 fn chmod(path: &Path, mode: u32) {
@@ -420,25 +470,6 @@ fn collect(
 pub fn send_signal(child: &Child, signal: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_child(child);
     rustix::process::kill_process(pid, signal).expect("signal the runner");
-}
-
-/// Waits for `child` to exit, killing it and panicking after `limit`.
-pub fn wait_with_deadline(mut child: Child, limit: Duration) -> std::process::Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().expect("wait for the runner").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "the runner did not return within {limit:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child
-        .wait_with_output()
-        .expect("collect the runner's output")
 }
 
 /// The command line of `pid` if it is alive (not a zombie), arguments joined by spaces.
