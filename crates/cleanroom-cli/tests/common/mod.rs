@@ -274,10 +274,13 @@ impl Sandbox {
         self.run_command(run_args, &["bash", "-c", &full, &self.marker])
     }
 
-    /// Runs `cmd` to completion and collects its output and report.
+    /// Runs `cmd` to completion (at most 60 s) and collects its output and report; its stdout
+    /// and stderr must reach EOF soon after it exits.
     pub fn finish(&self, mut cmd: Command, report: &Path) -> Run {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let started = Instant::now();
-        let out = cmd.output().expect("spawn cleanroom");
+        let child = cmd.spawn().expect("spawn cleanroom");
+        let out = self.wait_for_runner(child, Duration::from_secs(60));
         collect(
             out.status,
             out.stdout,
