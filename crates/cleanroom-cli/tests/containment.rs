@@ -58,6 +58,7 @@ fn escape_dies_with_the_run(tag: &str, escape: &str, names: &[&str], bound: Dura
         assert_eq!(run.mechanism(), rung.expected_mechanism(), "{rung:?}");
         sandbox.assert_no_survivors(names);
         sandbox.assert_namespace_empty();
+        run.assert_cgroup_removed();
         assert!(
             run.stderr.lines().any(|l| l.contains("leak")),
             "{rung:?}: no leak reported on stderr:\n{}",
@@ -158,6 +159,7 @@ fn every_escape_dies_when_the_timeout_fires() {
         assert_eq!(run.report()["exit"]["ending"], "timed_out");
         sandbox.assert_no_survivors(&names);
         sandbox.assert_namespace_empty();
+        run.assert_cgroup_removed();
         assert!(run.elapsed < FORK_LOOP_BOUND, "{rung:?}: {:?}", run.elapsed);
     }
 }
@@ -180,6 +182,7 @@ fn every_escape_dies_when_the_runner_gets_sigint() {
         sandbox.assert_no_survivors(&names);
         sandbox.assert_no_survivors(&["main"]);
         sandbox.assert_namespace_empty();
+        run.assert_cgroup_removed();
         assert!(run.elapsed < FORK_LOOP_BOUND, "{rung:?}: {:?}", run.elapsed);
     }
 }

@@ -144,6 +144,17 @@ impl Run {
         PathBuf::from(self.report()["root"].as_str().expect("report.root"))
     }
 
+    /// Asserts the run's cgroup (if it had one) was removed with the run.
+    #[track_caller]
+    pub fn assert_cgroup_removed(&self) {
+        if let Some(cgroup) = self.report()["containment"]["cgroup"].as_str() {
+            assert!(
+                !exists(Path::new(cgroup)),
+                "the run's cgroup {cgroup} outlived it"
+            );
+        }
+    }
+
     /// The containment mechanism the report names.
     #[track_caller]
     pub fn mechanism(&self) -> &str {
