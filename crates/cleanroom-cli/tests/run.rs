@@ -4,8 +4,8 @@
 //! gains nothing; exit statuses follow the documented table (command's code, 128+N, 124, 127,
 //! 126, 125 for cleanroom's own failures, which create nothing); TERM and INT reach the command
 //! before any KILL; removal never follows a symlink out of the root; `--keep-root` and
-//! `gc --kept`; a real `cargo test --offline` and a real `git commit` work inside a run; and the
-//! `--report` file carries the documented fields.
+//! `gc --kept`; a real `cargo test --offline` and a real `git commit` work inside a run; the
+//! `--report` file carries the documented fields; and a broken stderr changes nothing.
 
 mod common;
 
@@ -592,4 +592,22 @@ fn the_report_file_carries_the_documented_fields() {
     let mode = std::fs::metadata(sandbox.state()).unwrap().mode();
     assert_eq!(mode & 0o777, 0o700, "the state dir is private");
     sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn a_broken_stderr_neither_strands_the_root_nor_changes_the_status() {
+    let sandbox = Sandbox::new("epipe");
+    // 127 is reported through a message printed before the root is removed; the leak through
+    // messages printed after.
+    let missing = sandbox.run_command(&[], &["no-such-command-on-path-crt"]);
+    let leak = sandbox.bash_command(&[], "escapee leak &\nready leak");
+    for ((mut cmd, _), status) in [(missing, 127), (leak, 0)] {
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        drop(read);
+        cmd.stderr(std::process::Stdio::from(write));
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(status), "{cmd:?}");
+        sandbox.assert_namespace_empty();
+    }
+    sandbox.assert_no_survivors(&["leak"]);
 }
