@@ -25,26 +25,32 @@ const NOHUP: &str =
     r#"nohup perl "$CRT_DIR/sleeper.pl" nohup "$CRT_MARK" </dev/null >/dev/null 2>&1 &"#;
 /// A shell loop that ignores TERM, in its own session.
 const TRAP_LOOP: &str = r#"setsid bash -c 'trap "" TERM; echo $$ > "$CRT_DIR/trap.pid.tmp"; mv "$CRT_DIR/trap.pid.tmp" "$CRT_DIR/trap.pid"; while :; do sleep 0.05; done' "$CRT_MARK" </dev/null >/dev/null 2>&1 &"#;
-/// A process that ignores TERM and forks marked children as fast as it can, until killed.
-const FORKER: &str = r#"bash -c 'trap "" TERM; echo $$ > "$CRT_DIR/forker.pid.tmp"; mv "$CRT_DIR/forker.pid.tmp" "$CRT_DIR/forker.pid"; while :; do (exec -a "$0" sleep 300) & done' "$CRT_MARK" </dev/null >/dev/null 2>&1 &"#;
+/// A process that ignores TERM and forks marked children every millisecond, until killed.
+const FORKER: &str = r#"escapee forker fork </dev/null >/dev/null 2>&1 &"#;
 
 /// Held by the tests that run a fork loop, so that two of them do not compete for this 2-core
 /// machine (their time bounds stay meaningful).
 static FORK_LOOPS: Mutex<()> = Mutex::new(());
 
 /// How long a run that had to stop a fork loop may take (far below the payloads' 300 s).
-const FORK_LOOP_BOUND: Duration = Duration::from_secs(20);
+const FORK_LOOP_BOUND: Duration = Duration::from_secs(30);
 
 /// A grandchild that keeps the run's stdout open.
 const STDOUT_HOLDER: &str = "escapee holder &";
 
-/// Every escape at once, with the names of the payloads that record a pid.
+/// A script starting every escape, the fork loop last (so it only runs while the run is being
+/// stopped), that returns once all are running; and the names of the payloads.
 fn all_escapes() -> (String, Vec<&'static str>) {
+    let quiet = [SETSID, DOUBLE_FORK, NOHUP, TRAP_LOOP, STDOUT_HOLDER].join("\n");
     (
-        [SETSID, DOUBLE_FORK, NOHUP, TRAP_LOOP, FORKER, STDOUT_HOLDER].join("\n"),
-        vec!["setsid", "doublefork", "nohup", "trap", "forker", "holder"],
+        format!("{quiet}\nready setsid doublefork nohup trap holder\n{FORKER}\nready forker"),
+        vec!["setsid", "doublefork", "nohup", "trap", "holder", "forker"],
     )
 }
+
+/// The command's main process after the escapes: the payload itself, so that it dies of the
+/// signal it gets (no shell in between to re-raise it).
+const MAIN: &str = r#"exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
 
 /// Runs `escape` (which starts the payloads `names`), lets the command exit 0 once they are
 /// ready, and checks, on every rung, that the run returns promptly, reports the leak, and leaves
@@ -100,7 +106,7 @@ fn loop_ignoring_term_dies_with_the_run() {
 #[test]
 fn process_forking_while_being_killed_dies_with_all_its_children() {
     let _serial = FORK_LOOPS.lock().unwrap_or_else(|e| e.into_inner());
-    let script = format!("{FORKER}\nsleep 1");
+    let script = format!("{FORKER}\nready forker\nsleep 1");
     escape_dies_with_the_run("forker", &script, &["forker"], FORK_LOOP_BOUND);
 }
 
@@ -150,9 +156,9 @@ fn every_escape_dies_when_the_timeout_fires() {
     let (escapes, names) = all_escapes();
     for rung in Rung::ALL {
         let sandbox = Sandbox::new("timeout");
-        let script = format!("{escapes}\nready {}\nescapee main-waits\n", names.join(" "));
+        let script = format!("{escapes}\n{MAIN}");
         let mut args = rung.args().to_vec();
-        args.extend(["--timeout", "1500ms", "--grace", "2s"]);
+        args.extend(["--timeout", "3s", "--grace", "500ms"]);
         let run = sandbox.run_bash(&args, &script);
         run.assert_status(124);
         assert_eq!(run.mechanism(), rung.expected_mechanism());
@@ -170,9 +176,9 @@ fn every_escape_dies_when_the_runner_gets_sigint() {
     let (escapes, mut names) = all_escapes();
     for rung in Rung::ALL {
         let sandbox = Sandbox::new("sigint");
-        let script = format!("{escapes}\nready {}\nescapee main\n", names.join(" "));
+        let script = format!("{escapes}\n{MAIN}");
         let mut args = rung.args().to_vec();
-        args.extend(["--grace", "2s"]);
+        args.extend(["--grace", "500ms"]);
         names.push("main");
         let run = sandbox.run_bash_interrupted(&args, &script, &names, Signal::INT);
         names.pop();

@@ -232,8 +232,11 @@ fn a_second_sigint_kills_at_once() {
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let started = std::time::Instant::now();
-    let child = cmd.spawn().unwrap();
-    sandbox.wait_ready(&["main"], &child);
+    let mut child = cmd.spawn().unwrap();
+    if let Err(e) = sandbox.wait_ready(&["main"], &child) {
+        sandbox.stop_runner(&mut child);
+        panic!("{e}");
+    }
     common::send_signal(&child, Signal::INT);
     std::thread::sleep(Duration::from_millis(300));
     common::send_signal(&child, Signal::INT);

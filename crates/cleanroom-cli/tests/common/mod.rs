@@ -24,15 +24,28 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_cleanroom");
 pub const NOBODY: u32 = 65534;
 
 /// A payload that writes its pid to `$CRT_DIR/<name>.pid` (atomically) and sleeps; with a third
-/// argument `hold` it ignores SIGTERM. Usage: `perl sleeper.pl NAME MARKER [hold]`.
+/// argument `hold` it ignores SIGTERM; with `fork` it also ignores SIGTERM and forks children
+/// named MARKER (`sleep 300` with the marker as argv[0]) every millisecond until it is killed.
+/// Usage: `perl sleeper.pl NAME MARKER [hold|fork]`.
 const SLEEPER: &str = r#"
 my ($name, $marker, $mode) = @ARGV;
-$SIG{TERM} = 'IGNORE' if defined $mode && $mode eq 'hold';
+$mode //= '';
+$SIG{TERM} = 'IGNORE' if $mode eq 'hold' || $mode eq 'fork';
+$SIG{CHLD} = 'IGNORE';
 my $path = "$ENV{CRT_DIR}/$name.pid";
 open(my $f, '>', "$path.tmp") or die "open $path.tmp: $!";
 print $f $$;
 close $f;
 rename("$path.tmp", $path) or die "rename: $!";
+while ($mode eq 'fork') {
+    my $pid = fork();
+    if (defined $pid && $pid == 0) {
+        $SIG{TERM} = 'DEFAULT';
+        exec { 'sleep' } $marker, '300';
+        exit 1;
+    }
+    select(undef, undef, undef, 0.001);
+}
 sleep 300 while 1;
 "#;
 
@@ -44,7 +57,7 @@ escapee() { perl "$CRT_DIR/sleeper.pl" "$1" "$CRT_MARK" "${2:-}"; }
 ready() {
   local name i
   for name in "$@"; do
-    for i in $(seq 1 1000); do
+    for i in $(seq 1 3000); do
       [ -e "$CRT_DIR/$name.pid" ] && continue 2
       sleep 0.01
     done
@@ -313,8 +326,11 @@ impl Sandbox {
         let (mut cmd, report) = self.bash_command(run_args, script);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let started = Instant::now();
-        let child = cmd.spawn().expect("spawn cleanroom");
-        self.wait_ready(names, &child);
+        let mut child = cmd.spawn().expect("spawn cleanroom");
+        if let Err(e) = self.wait_ready(names, &child) {
+            self.stop_runner(&mut child);
+            panic!("{e}");
+        }
         send_signal(&child, signal);
         let out = self.wait_for_runner(child, Duration::from_secs(60));
         collect(
@@ -338,9 +354,7 @@ impl Sandbox {
                 break status;
             }
             if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                self.kill_marked();
+                self.stop_runner(&mut child);
                 panic!("the runner did not return within {limit:?}");
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -356,25 +370,51 @@ impl Sandbox {
         }
     }
 
-    /// SIGKILLs every process carrying this sandbox's marker.
+    /// Failure path: asks the runner to stop as a user would (SIGTERM: it forwards, escalates
+    /// and cleans up, its cgroup included), SIGKILLs it after 15 s, then sweeps marked processes.
+    pub fn stop_runner(&self, child: &mut Child) {
+        send_signal(child, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        self.kill_marked();
+    }
+
+    /// SIGKILLs every process carrying this sandbox's marker, sweeping again (up to 5 s) while a
+    /// fork loop may still be adding some.
     fn kill_marked(&self) {
-        for (pid, _) in processes_with(&self.marker) {
-            // SAFETY: kill(2) with a pid read from /proc; no memory is involved.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let marked = processes_with(&self.marker);
+            if marked.is_empty() || Instant::now() > deadline {
+                return;
+            }
+            for (pid, _) in marked {
+                // SAFETY: kill(2) with a pid read from /proc; no memory is involved.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// Waits (up to 10 s) for the pid files of `names`; panics if the runner exits first.
-    pub fn wait_ready(&self, names: &[&str], runner: &Child) {
-        let deadline = Instant::now() + Duration::from_secs(10);
+    /// Waits (up to 30 s) for the pid files of `names`; fails if the runner exits first.
+    pub fn wait_ready(&self, names: &[&str], runner: &Child) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
         for name in names {
             while self.pid_of(name).is_none() {
-                let still_running = Path::new(&format!("/proc/{}", runner.id())).exists();
-                assert!(still_running, "the runner exited before {name} was ready");
-                assert!(Instant::now() < deadline, "{name} never became ready");
+                if !Path::new(&format!("/proc/{}", runner.id())).exists() {
+                    return Err(format!("the runner exited before {name} was ready"));
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("{name} never became ready"));
+                }
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+        Ok(())
     }
 
     /// The pid a payload recorded, if it did.
