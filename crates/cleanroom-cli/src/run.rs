@@ -17,6 +17,15 @@ use cleanroom::run::{self, Event, LeakPolicy, ProtectSettings, RunConfig};
 
 use crate::Global;
 
+/// `eprintln!` that ignores write errors: a closed or broken stderr must not make the runner
+/// panic in the middle of a run (that would leave the root behind and exit 101).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 fn duration(text: &str) -> Result<Duration, String> {
     cleanroom::parse_duration(text).map_err(|e| e.to_string())
 }
@@ -192,9 +201,9 @@ pub fn main(args: RunArgs, global: &Global) -> u8 {
         Err(e) => return crate::fail(e),
     };
     let mut events = |event: Event<'_>| match event {
-        Event::Warning(text) => eprintln!("cleanroom: warning: {text}"),
-        Event::Waiting(text) => eprintln!("cleanroom: {text}"),
-        Event::SpawnFailed(text) => eprintln!("cleanroom: {text}"),
+        Event::Warning(text) => say!("cleanroom: warning: {text}"),
+        Event::Waiting(text) => say!("cleanroom: {text}"),
+        Event::SpawnFailed(text) => say!("cleanroom: {text}"),
     };
     let report = match run::execute(&config, &mut events) {
         Ok(r) => r,
@@ -204,7 +213,7 @@ pub fn main(args: RunArgs, global: &Global) -> u8 {
     if let Some(path) = &args.report {
         let text = serde_json::to_string_pretty(&report).expect("report serializes");
         if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!("cleanroom: cannot write report {}: {e}", path.display());
+            say!("cleanroom: cannot write report {}: {e}", path.display());
             return crate::EXIT_OWN_FAILURE;
         }
     }
@@ -214,9 +223,10 @@ pub fn main(args: RunArgs, global: &Global) -> u8 {
 /// Quiet when all is well; one line per leak and one summary line when something happened.
 fn print_summary(report: &RunReport) {
     for leak in &report.leaks {
-        eprintln!(
+        say!(
             "cleanroom: leak: pid {} outlived the command and was killed: {}",
-            leak.process.id.pid, leak.process.command
+            leak.process.id.pid,
+            leak.process.command
         );
     }
     let mut notes = Vec::new();
@@ -243,13 +253,13 @@ fn print_summary(report: &RunReport) {
         }
     }
     if report.kept_root {
-        eprintln!(
+        say!(
             "cleanroom: root kept at {} (reclaim it with `cleanroom gc --kept` when done)",
             report.root.display()
         );
     }
     if !notes.is_empty() {
-        eprintln!(
+        say!(
             "cleanroom: run {} exited {}: {}",
             report.run_id,
             report.exit.status,

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 use serde::Serialize;
 
-use crate::process::{self, ProcessId, ProcessInfo};
+use crate::process::{self, ProcessInfo};
 use crate::Result;
 
 pub use os::{cgroup_root, kill_cgroup_path, reap_orphans, set_subreaper};
@@ -133,11 +133,13 @@ impl Container {
         }
     }
 
-    /// Sends `signal` to every member.
-    pub fn signal_all(&self, signal: Signal) {
-        for member in self.members() {
+    /// Sends `signal` to every member; returns the members signalled.
+    pub fn signal_all(&self, signal: Signal) -> Vec<ProcessInfo> {
+        let members = self.members();
+        for member in &members {
             let _ = member.id.signal(signal);
         }
+        members
     }
 
     /// TERM to every member, up to `grace` for them to go, then KILL until none is left.
@@ -169,18 +171,18 @@ pub fn terminate_set(
     reap: &mut dyn FnMut(),
     atomic_kill: &mut dyn FnMut() -> bool,
 ) -> Vec<ProcessInfo> {
-    let mut termed: Vec<ProcessId> = Vec::new();
+    let mut termed: Vec<ProcessInfo> = Vec::new();
     let deadline = Instant::now() + grace;
     loop {
         reap();
         let current = members();
-        if current.is_empty() {
+        if current.is_empty() && all_exited(&termed) {
             return Vec::new();
         }
-        for member in &current {
-            if !termed.contains(&member.id) {
+        for member in current {
+            if !termed.iter().any(|t| t.id == member.id) {
                 let _ = member.id.signal(Signal::TERM);
-                termed.push(member.id);
+                termed.push(member);
             }
         }
         if Instant::now() >= deadline {
@@ -188,7 +190,17 @@ pub fn terminate_set(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    kill_until_empty(members, reap, atomic_kill)
+    kill_known_then_until_empty(&termed, members, reap, atomic_kill)
+}
+
+/// Whether every process in `signalled` has exited (is gone or a zombie).
+///
+/// An empty listing is only trusted once this holds: a process that is still exiting has not yet
+/// handed its children to the subreaper, so a walk made meanwhile sees them under neither parent.
+fn all_exited(signalled: &[ProcessInfo]) -> bool {
+    signalled
+        .iter()
+        .all(|p| process::info(p.id.pid).map(|now| now.id) != Some(p.id))
 }
 
 /// SIGKILL to every member, repeatedly, until the set is empty (or [`KILL_LOOP_LIMIT`]).
@@ -197,23 +209,48 @@ pub fn kill_until_empty(
     reap: &mut dyn FnMut(),
     atomic_kill: &mut dyn FnMut() -> bool,
 ) -> Vec<ProcessInfo> {
+    kill_known_then_until_empty(&[], members, reap, atomic_kill)
+}
+
+/// SIGKILLs the processes already `known` at once, then every member, repeatedly, until the set
+/// is empty (or [`KILL_LOOP_LIMIT`]). Returns the processes that were alive to receive SIGKILL.
+///
+/// Listing the members first would give a fork loop time to multiply: on the session rung the
+/// listing reads `/proc/<pid>/task/*/children`, which the kernel builds in time quadratic in
+/// the number of children, so one listing of a process forking in a loop can take seconds,
+/// during which it forks thousands more. Killing what is known first cuts the source.
+pub fn kill_known_then_until_empty(
+    known: &[ProcessInfo],
+    members: &mut dyn FnMut() -> Vec<ProcessInfo>,
+    reap: &mut dyn FnMut(),
+    atomic_kill: &mut dyn FnMut() -> bool,
+) -> Vec<ProcessInfo> {
     let started = Instant::now();
-    let mut killed: Vec<ProcessInfo> = Vec::new();
+    let mut signalled: Vec<ProcessInfo> = known.to_vec();
+    let mut killed: Vec<ProcessInfo> = known
+        .iter()
+        .filter(|p| p.id.signal(Signal::KILL).unwrap_or(false))
+        .cloned()
+        .collect();
     let mut round = 0u32;
     loop {
         reap();
         let current = members();
         if current.is_empty() {
-            return killed;
-        }
-        if !atomic_kill() {
+            if all_exited(&signalled) {
+                return killed;
+            }
+        } else if !atomic_kill() {
             for member in &current {
                 let _ = member.id.signal(Signal::KILL);
             }
         }
         for member in current {
             if !killed.iter().any(|k| k.id == member.id) {
-                killed.push(member);
+                killed.push(member.clone());
+            }
+            if !signalled.iter().any(|k| k.id == member.id) {
+                signalled.push(member);
             }
         }
         if started.elapsed() > KILL_LOOP_LIMIT {

@@ -218,6 +218,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         .args(&config.command[1..])
         .env_clear()
         .envs(&child_env.vars);
+    signals.configure(&mut command);
     // SAFETY: setpgid(0, 0) is async-signal-safe and touches no memory.
     unsafe {
         command.pre_exec(|| {
@@ -398,6 +399,8 @@ fn supervise(
     let deadline = config.timeout.map(|t| Instant::now() + t);
     let mut stage = Stage::Running;
     let mut main_status = None;
+    // The members signalled when the run was asked to stop: the first to be KILLed.
+    let mut known: Vec<ProcessInfo> = Vec::new();
     loop {
         reap_children(main, &mut main_status);
         if main_status.is_some() {
@@ -408,14 +411,14 @@ fn supervise(
             if now >= d {
                 tracing::info!("timeout: sending TERM to every process of the run");
                 outcome.ending = Some(Ending::TimedOut);
-                container.signal_all(Signal::TERM);
+                known = container.signal_all(Signal::TERM);
                 stage = Stage::Signalled(now + config.grace);
             }
         }
         if let Stage::Signalled(kill_at) = stage {
             if now >= kill_at {
                 tracing::info!("grace period over: killing every process of the run");
-                kill_all(container, main, &mut main_status);
+                kill_all(container, &known, main, &mut main_status);
                 stage = Stage::Killed;
                 continue;
             }
@@ -435,13 +438,13 @@ fn supervise(
                 Stage::Running => {
                     tracing::info!("forwarding signal {sig} to the run");
                     if let Some(signal) = Signal::from_named_raw(sig) {
-                        container.signal_all(signal);
+                        known = container.signal_all(signal);
                     }
                     stage = Stage::Signalled(Instant::now() + config.grace);
                 }
                 Stage::Signalled(_) => {
                     tracing::info!("second signal: killing every process of the run");
-                    kill_all(container, main, &mut main_status);
+                    kill_all(container, &known, main, &mut main_status);
                     stage = Stage::Killed;
                 }
                 Stage::Killed => {}
@@ -468,10 +471,16 @@ fn supervise(
     reap_children(main, &mut ignore);
 }
 
-fn kill_all(container: &Container, main: i32, main_status: &mut Option<i32>) {
+fn kill_all(
+    container: &Container,
+    known: &[ProcessInfo],
+    main: i32,
+    main_status: &mut Option<i32>,
+) {
     let mut members = || container.members();
     let cgroup = container.cgroup_path().is_some();
-    crate::contain::kill_until_empty(
+    crate::contain::kill_known_then_until_empty(
+        known,
         &mut members,
         &mut || reap_children(main, main_status),
         &mut || cgroup && container.kill_cgroup(),

@@ -1,0 +1,269 @@
+//! Containment, driving the real binary: whatever a command starts — a `setsid` daemon, a double
+//! fork on /dev/null, a `nohup` job, a loop that ignores TERM, a grandchild holding stdout, a
+//! process forking while it is killed — is dead when `cleanroom run` returns, on both rungs
+//! (the default cgroup as root, and the `--contain session` subreaper floor), after a normal
+//! exit, a `--timeout` and a SIGINT to the runner, and also when the runner is unprivileged.
+//! Survivors are looked for by pid and by a unique marker in /proc, never in the runner's report.
+
+mod common;
+
+use std::io::Read;
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{Rung, Sandbox};
+use rustix::process::Signal;
+
+/// A `setsid` daemon: a new session, out of the command's process group.
+const SETSID: &str =
+    r#"setsid perl "$CRT_DIR/sleeper.pl" setsid "$CRT_MARK" </dev/null >/dev/null 2>&1 &"#;
+/// A classic double fork with stdio on /dev/null: the middle process exits at once.
+const DOUBLE_FORK: &str = r#"( escapee doublefork & ) </dev/null >/dev/null 2>&1"#;
+/// A `nohup` job (ignores SIGHUP).
+const NOHUP: &str =
+    r#"nohup perl "$CRT_DIR/sleeper.pl" nohup "$CRT_MARK" </dev/null >/dev/null 2>&1 &"#;
+/// A shell loop that ignores TERM, in its own session.
+const TRAP_LOOP: &str = r#"setsid bash -c 'trap "" TERM; echo $$ > "$CRT_DIR/trap.pid.tmp"; mv "$CRT_DIR/trap.pid.tmp" "$CRT_DIR/trap.pid"; while :; do sleep 0.05; done' "$CRT_MARK" </dev/null >/dev/null 2>&1 &"#;
+/// A process that ignores TERM and forks marked children every millisecond, until killed.
+const FORKER: &str = r#"escapee forker fork </dev/null >/dev/null 2>&1 &"#;
+
+/// Held by the tests that run a fork loop, so that two of them do not compete for this 2-core
+/// machine (their time bounds stay meaningful).
+static FORK_LOOPS: Mutex<()> = Mutex::new(());
+
+/// How long a run that had to stop a fork loop may take (far below the payloads' 300 s).
+const FORK_LOOP_BOUND: Duration = Duration::from_secs(30);
+
+/// A grandchild that keeps the run's stdout open.
+const STDOUT_HOLDER: &str = "escapee holder &";
+
+/// A script starting every escape, the fork loop last (so it only runs while the run is being
+/// stopped), that returns once all are running; and the names of the payloads.
+fn all_escapes() -> (String, Vec<&'static str>) {
+    let quiet = [SETSID, DOUBLE_FORK, NOHUP, TRAP_LOOP, STDOUT_HOLDER].join("\n");
+    (
+        format!("{quiet}\nready setsid doublefork nohup trap holder\n{FORKER}\nready forker"),
+        vec!["setsid", "doublefork", "nohup", "trap", "holder", "forker"],
+    )
+}
+
+/// The command's main process after the escapes: the payload itself, so that it dies of the
+/// signal it gets (no shell in between to re-raise it).
+const MAIN: &str = r#"exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
+
+/// Runs `escape` (which starts the payloads `names`), lets the command exit 0 once they are
+/// ready, and checks, on every rung, that the run returns promptly, reports the leak, and leaves
+/// no survivor and no root.
+fn escape_dies_with_the_run(tag: &str, escape: &str, names: &[&str], bound: Duration) {
+    for rung in Rung::ALL {
+        let sandbox = Sandbox::new(tag);
+        let script = format!("{escape}\nready {}\nexit 0", names.join(" "));
+        let run = sandbox.run_bash(&rung.args(), &script);
+        run.assert_status(0);
+        assert_eq!(run.mechanism(), rung.expected_mechanism(), "{rung:?}");
+        sandbox.assert_no_survivors(names);
+        sandbox.assert_namespace_empty();
+        run.assert_cgroup_removed();
+        assert!(
+            run.stderr.lines().any(|l| l.contains("leak")),
+            "{rung:?}: no leak reported on stderr:\n{}",
+            run.stderr
+        );
+        assert!(
+            run.elapsed < bound,
+            "{rung:?}: the run took {:?}",
+            run.elapsed
+        );
+    }
+}
+
+#[test]
+fn setsid_child_dies_with_the_run() {
+    escape_dies_with_the_run("setsid", SETSID, &["setsid"], Duration::from_secs(8));
+}
+
+#[test]
+fn double_forked_daemon_on_dev_null_dies_with_the_run() {
+    escape_dies_with_the_run(
+        "doublefork",
+        DOUBLE_FORK,
+        &["doublefork"],
+        Duration::from_secs(8),
+    );
+}
+
+#[test]
+fn nohup_job_dies_with_the_run() {
+    escape_dies_with_the_run("nohup", NOHUP, &["nohup"], Duration::from_secs(8));
+}
+
+#[test]
+fn loop_ignoring_term_dies_with_the_run() {
+    escape_dies_with_the_run("trap", TRAP_LOOP, &["trap"], Duration::from_secs(8));
+}
+
+#[test]
+fn process_forking_while_being_killed_dies_with_all_its_children() {
+    let _serial = FORK_LOOPS.lock().unwrap_or_else(|e| e.into_inner());
+    let script = format!("{FORKER}\nready forker\nsleep 1");
+    escape_dies_with_the_run("forker", &script, &["forker"], FORK_LOOP_BOUND);
+}
+
+#[test]
+fn grandchild_holding_stdout_does_not_keep_the_run_waiting() {
+    for rung in Rung::ALL {
+        let sandbox = Sandbox::new("stdout");
+        let script = format!("{STDOUT_HOLDER}\nready holder\necho command-done");
+        let (mut cmd, report) = sandbox.bash_command(&rung.args(), &script);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let started = Instant::now();
+        let mut child = cmd.spawn().expect("spawn cleanroom");
+        // Read stdout to EOF on another thread: EOF only comes once the holder is dead.
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            stdout.read_to_string(&mut text).unwrap();
+            (text, started.elapsed())
+        });
+        let out = sandbox.wait_for_runner(child, Duration::from_secs(20));
+        let returned = started.elapsed();
+        let (text, eof) = reader.join().unwrap();
+        assert!(
+            returned < Duration::from_secs(5),
+            "{rung:?}: the run waited {returned:?} for a pipe held by a leaked process"
+        );
+        assert!(
+            eof < Duration::from_secs(5),
+            "{rung:?}: stdout EOF at {eof:?}"
+        );
+        assert_eq!(text.trim(), "command-done", "{rung:?}");
+        assert_eq!(out.status.code(), Some(0), "{rung:?}");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+        assert_eq!(
+            report["containment"]["mechanism"],
+            rung.expected_mechanism()
+        );
+        sandbox.assert_no_survivors(&["holder"]);
+        sandbox.assert_namespace_empty();
+    }
+}
+
+#[test]
+fn every_escape_dies_when_the_timeout_fires() {
+    let _serial = FORK_LOOPS.lock().unwrap_or_else(|e| e.into_inner());
+    let (escapes, names) = all_escapes();
+    for rung in Rung::ALL {
+        let sandbox = Sandbox::new("timeout");
+        let script = format!("{escapes}\n{MAIN}");
+        let mut args = rung.args().to_vec();
+        args.extend(["--timeout", "3s", "--grace", "500ms"]);
+        let run = sandbox.run_bash(&args, &script);
+        run.assert_status(124);
+        assert_eq!(run.mechanism(), rung.expected_mechanism());
+        assert_eq!(run.report()["exit"]["ending"], "timed_out");
+        sandbox.assert_no_survivors(&names);
+        sandbox.assert_namespace_empty();
+        run.assert_cgroup_removed();
+        assert!(run.elapsed < FORK_LOOP_BOUND, "{rung:?}: {:?}", run.elapsed);
+    }
+}
+
+#[test]
+fn every_escape_dies_when_the_runner_gets_sigint() {
+    let _serial = FORK_LOOPS.lock().unwrap_or_else(|e| e.into_inner());
+    let (escapes, mut names) = all_escapes();
+    for rung in Rung::ALL {
+        let sandbox = Sandbox::new("sigint");
+        let script = format!("{escapes}\n{MAIN}");
+        let mut args = rung.args().to_vec();
+        args.extend(["--grace", "500ms"]);
+        names.push("main");
+        let run = sandbox.run_bash_interrupted(&args, &script, &names, Signal::INT);
+        names.pop();
+        run.assert_status(130);
+        assert_eq!(run.mechanism(), rung.expected_mechanism());
+        assert_eq!(run.report()["exit"]["ending"], "interrupted");
+        sandbox.assert_no_survivors(&names);
+        sandbox.assert_no_survivors(&["main"]);
+        sandbox.assert_namespace_empty();
+        run.assert_cgroup_removed();
+        assert!(run.elapsed < FORK_LOOP_BOUND, "{rung:?}: {:?}", run.elapsed);
+    }
+}
+
+#[test]
+fn leaks_are_named_on_stderr_and_in_the_report_and_on_leak_decides_the_status() {
+    let sandbox = Sandbox::new("onleak");
+    let leak = format!("{SETSID}\nready setsid");
+    let cases = [
+        ("warn", "exit 0", 0),
+        ("fail", "exit 0", 123),
+        ("fail", "exit 5", 5),
+        ("warn", "exit 5", 5),
+    ];
+    for (policy, exit, expected) in cases {
+        let _ = std::fs::remove_file(sandbox.scratch().join("setsid.pid"));
+        let run = sandbox.run_bash(&["--on-leak", policy], &format!("{leak}\n{exit}"));
+        run.assert_status(expected);
+        let line = run
+            .stderr
+            .lines()
+            .find(|l| l.contains("leak") && l.contains(sandbox.marker()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "--on-leak {policy}: no leak line naming the command:\n{}",
+                    run.stderr
+                )
+            });
+        assert!(line.contains("sleeper.pl"), "{line}");
+        let leaks = run.report()["leaks"].as_array().expect("report.leaks");
+        assert!(
+            leaks.iter().any(|l| l["command"]
+                .as_str()
+                .is_some_and(|c| c.contains(sandbox.marker()))
+                && l["pid"].as_i64() == sandbox.pid_of("setsid").map(i64::from)),
+            "--on-leak {policy}: the report does not name the leak: {leaks:?}"
+        );
+        // The daemon honours TERM, so it must have died of the TERM, not needed a SIGKILL.
+        assert_eq!(
+            run.report()["killed"],
+            serde_json::json!([]),
+            "--on-leak {policy}: a TERM-abiding leak was SIGKILLed"
+        );
+        sandbox.assert_no_survivors(&["setsid"]);
+    }
+    // No leak: nothing reported, and `fail` does not change a success.
+    let run = sandbox.run(&["--on-leak", "fail"], &["true"]);
+    run.assert_status(0);
+    assert_eq!(run.report()["leaks"], serde_json::json!([]));
+    assert!(!run.stderr.contains("leak"), "{}", run.stderr);
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn unprivileged_run_falls_back_to_session_and_still_kills_a_setsid_daemon() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root to drop to uid {}", common::NOBODY);
+        return;
+    }
+    let sandbox = Sandbox::as_user("unpriv", common::NOBODY);
+    let run = sandbox.run_bash(&[], &format!("{SETSID}\nready setsid\nexit 0"));
+    run.assert_status(0);
+    assert_eq!(run.mechanism(), "session");
+    assert!(
+        run.report()["containment"]["fallback_reason"].is_string(),
+        "the fallback is explained"
+    );
+    let pid = sandbox.pid_of("setsid").unwrap();
+    let owner = std::fs::metadata(sandbox.scratch().join("setsid.pid"))
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap();
+    assert_eq!(owner, common::NOBODY, "the daemon ran unprivileged");
+    assert!(run.stderr.contains(&format!("pid {pid}")), "{}", run.stderr);
+    sandbox.assert_no_survivors(&["setsid"]);
+    sandbox.assert_namespace_empty();
+    let state = std::fs::metadata(sandbox.state()).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&state), common::NOBODY);
+}

@@ -1,0 +1,616 @@
+//! The lifecycle of `cleanroom run`, driving the real binary with private state dirs: every
+//! pinned variable points inside the root and the root is gone however the run ends (success,
+//! failure, signal death, timeout, SIGINT to the runner); temp dirs land in the root and /tmp
+//! gains nothing; exit statuses follow the documented table (command's code, 128+N, 124, 127,
+//! 126, 125 for cleanroom's own failures, which create nothing); TERM and INT reach the command
+//! before any KILL; removal never follows a symlink out of the root; `--keep-root` and
+//! `gc --kept`; a real `cargo test --offline` and a real `git commit` work inside a run; the
+//! `--report` file carries the documented fields; and a broken stderr changes nothing.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{exists, Sandbox};
+use rustix::process::Signal;
+
+/// Variables that must point inside the root (beside CLEANROOM_ROOT, which is the root).
+const PINNED: [&str; 11] = [
+    "HOME",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "CODEX_HOME",
+    "CRT_PINNED_HOME",
+];
+
+#[test]
+fn pinned_variables_point_inside_the_root_which_is_gone_afterwards() {
+    let sandbox = Sandbox::new("pins");
+    // One line per variable: NAME, value, and whether the command can write there.
+    let script = format!(
+        r#"for v in CLEANROOM_ROOT {}; do
+             eval "d=\${{$v-}}"
+             if touch "$d/probe" 2>/dev/null; then w=writable; else w=not-writable; fi
+             printf '%s\t%s\t%s\n' "$v" "$d" "$w"
+           done"#,
+        PINNED.join(" ")
+    );
+    let (mut cmd, report) =
+        sandbox.run_command(&["--pin", "CRT_PINNED_HOME"], &["bash", "-c", &script]);
+    cmd.env("CODEX_HOME", "/nonexistent/host-codex-home")
+        .env("CRT_PINNED_HOME", "/nonexistent/host-pinned")
+        .env("TMPDIR", "/var/tmp")
+        .env("XDG_CONFIG_HOME", "/nonexistent/host-config");
+    let run = sandbox.finish(cmd, &report);
+    run.assert_status(0);
+    let root = run.root();
+    assert!(root.starts_with(sandbox.state()), "{}", root.display());
+    let mut seen = Vec::new();
+    for line in run.stdout.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [var, value, writable] = fields[..] else {
+            panic!("unexpected line {line:?}");
+        };
+        let value = Path::new(value);
+        if var == "CLEANROOM_ROOT" {
+            assert_eq!(value, root, "CLEANROOM_ROOT is the root");
+        } else {
+            assert!(
+                value.starts_with(&root) && value != root,
+                "{var}={} is not inside the root {}",
+                value.display(),
+                root.display()
+            );
+        }
+        assert_eq!(writable, "writable", "{var}={}", value.display());
+        seen.push(var.to_string());
+    }
+    assert_eq!(seen.len(), PINNED.len() + 1, "{}", run.stdout);
+    assert!(!exists(&root), "the root outlived the run");
+    sandbox.assert_namespace_empty();
+}
+
+/// How a run is made to end, and the status cleanroom must exit with.
+struct Ending {
+    name: &'static str,
+    args: &'static [&'static str],
+    /// What the command does after filling its root and marking itself ready.
+    then: &'static str,
+    /// Whether the test sends SIGINT to the runner once the command is ready.
+    interrupt: bool,
+    status: i32,
+}
+
+const ENDINGS: [Ending; 5] = [
+    Ending {
+        name: "success",
+        args: &[],
+        then: "exit 0",
+        interrupt: false,
+        status: 0,
+    },
+    Ending {
+        name: "failure",
+        args: &[],
+        then: "exit 3",
+        interrupt: false,
+        status: 3,
+    },
+    Ending {
+        name: "signal death",
+        args: &[],
+        then: "kill -USR1 $$",
+        interrupt: false,
+        status: 128 + libc::SIGUSR1,
+    },
+    Ending {
+        name: "timeout",
+        args: &["--timeout", "300ms", "--grace", "2s"],
+        then: "sleep 300",
+        interrupt: false,
+        status: 124,
+    },
+    Ending {
+        name: "interrupt",
+        args: &["--grace", "2s"],
+        then: "sleep 300",
+        interrupt: true,
+        status: 130,
+    },
+];
+
+#[test]
+fn the_root_is_removed_however_the_run_ends() {
+    let fill = r#"mkdir -p "$HOME/a/b/c" "$XDG_CACHE_HOME/x" && echo data > "$HOME/a/b/c/f"
+        echo data > "$TMPDIR/t" && chmod 0555 "$HOME/a/b"
+        echo "$CLEANROOM_ROOT" > "$CRT_DIR/root"
+        mark_ready main"#;
+    for ending in ENDINGS {
+        let sandbox = Sandbox::new("ending");
+        let script = format!("{fill}\n{}", ending.then);
+        let run = if ending.interrupt {
+            sandbox.run_bash_interrupted(ending.args, &script, &["main"], Signal::INT)
+        } else {
+            sandbox.run_bash(ending.args, &script)
+        };
+        assert_eq!(
+            run.status,
+            Some(ending.status),
+            "{}: stderr:\n{}",
+            ending.name,
+            run.stderr
+        );
+        let root = std::fs::read_to_string(sandbox.scratch().join("root")).unwrap();
+        let root = Path::new(root.trim());
+        assert_eq!(root, run.root(), "{}", ending.name);
+        assert!(!exists(root), "{}: the root outlived the run", ending.name);
+        sandbox.assert_namespace_empty();
+        assert!(
+            run.elapsed < Duration::from_secs(5),
+            "{}: took {:?}",
+            ending.name,
+            run.elapsed
+        );
+    }
+}
+
+#[test]
+fn missing_and_unexecutable_commands_exit_127_and_126() {
+    let sandbox = Sandbox::new("spawn");
+    let not_exec = sandbox.scratch().join("not-executable");
+    std::fs::write(&not_exec, "#!/bin/sh\nexit 0\n").unwrap();
+    let dir = sandbox.scratch().to_str().unwrap().to_string();
+    let missing = format!("{dir}/no-such-command");
+    let cases: [(&str, i32); 4] = [
+        (&missing, 127),
+        ("no-such-command-on-path-crt", 127),
+        (not_exec.to_str().unwrap(), 126),
+        (&dir, 126),
+    ];
+    for (command, status) in cases {
+        let run = sandbox.run(&[], &[command]);
+        run.assert_status(status);
+        assert!(
+            run.stderr.contains(command),
+            "the error names {command}:\n{}",
+            run.stderr
+        );
+        assert_eq!(run.report()["exit"]["status"], status);
+        sandbox.assert_namespace_empty();
+    }
+}
+
+#[test]
+fn term_and_int_reach_the_command_before_any_kill() {
+    let sandbox = Sandbox::new("polite");
+    // The command cleans up on the signal and exits 0 by itself: no SIGKILL may be needed, and
+    // the (long) grace must not be waited out.
+    let script = |sig: &str| {
+        format!(
+            r#"trap 'echo {sig} > "$CRT_DIR/caught-{sig}"; exit 0' {sig}
+               mark_ready {sig}
+               while :; do sleep 0.05; done"#
+        )
+    };
+    let timeout = sandbox.run_bash(&["--timeout", "300ms", "--grace", "10s"], &script("TERM"));
+    timeout.assert_status(124);
+    let interrupt =
+        sandbox.run_bash_interrupted(&["--grace", "10s"], &script("INT"), &["INT"], Signal::INT);
+    interrupt.assert_status(130);
+    for (run, sig) in [(&timeout, "TERM"), (&interrupt, "INT")] {
+        let caught = std::fs::read_to_string(sandbox.scratch().join(format!("caught-{sig}")));
+        assert_eq!(
+            caught.ok().as_deref().map(str::trim),
+            Some(sig),
+            "the command never saw SIG{sig}"
+        );
+        assert!(
+            run.elapsed < Duration::from_secs(5),
+            "{sig}: {:?}",
+            run.elapsed
+        );
+        assert_eq!(run.report()["killed"], serde_json::json!([]), "{sig}");
+    }
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn a_second_sigint_kills_at_once() {
+    let sandbox = Sandbox::new("twice");
+    let (mut cmd, report) = sandbox.bash_command(
+        &["--grace", "60s"],
+        "trap '' INT TERM\nmark_ready main\nwhile :; do sleep 0.05; done",
+    );
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let started = std::time::Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    if let Err(e) = sandbox.wait_ready(&["main"], &child) {
+        sandbox.stop_runner(&mut child);
+        panic!("{e}");
+    }
+    common::send_signal(&child, Signal::INT);
+    std::thread::sleep(Duration::from_millis(300));
+    common::send_signal(&child, Signal::INT);
+    let out = sandbox.wait_for_runner(child, Duration::from_secs(20));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the second SIGINT did not kill at once: {:?}",
+        started.elapsed()
+    );
+    let status = out.status.code().expect("the runner exits");
+    assert!(status > 128, "status {status}");
+    assert!(std::fs::read_to_string(report).is_ok(), "no report");
+    sandbox.assert_no_survivors(&[]);
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn temp_dirs_of_mktemp_and_python_land_in_the_root_and_tmp_gains_nothing() {
+    let sandbox = Sandbox::new("mktemp");
+    let script = r#"set -e
+        d1=$(mktemp -d); touch "$d1/$CRT_MARK"
+        f1=$(mktemp); echo x > "$f1"
+        d2=$(python3 -c 'import tempfile; print(tempfile.mkdtemp())'); touch "$d2/$CRT_MARK"
+        d3=$(python3 -c 'import tempfile; print(tempfile.gettempdir())')
+        printf '%s\n' "$d1" "$f1" "$d2" "$d3""#;
+    let run = sandbox.run_bash(&[], script);
+    run.assert_status(0);
+    let tmp = run.root().join("tmp");
+    let paths: Vec<PathBuf> = run.stdout.lines().map(PathBuf::from).collect();
+    assert_eq!(paths.len(), 4, "{}", run.stdout);
+    for path in &paths {
+        assert!(
+            path.starts_with(&tmp),
+            "{} is not in the root's tmp {}",
+            path.display(),
+            tmp.display()
+        );
+        assert!(!exists(path), "{} outlived the run", path.display());
+    }
+    let in_tmp = files_named(Path::new("/tmp"), sandbox.marker(), 2);
+    assert!(in_tmp.is_empty(), "the run wrote into /tmp: {in_tmp:?}");
+    sandbox.assert_namespace_empty();
+}
+
+/// Paths under `dir`, at most `depth` levels down, whose name is `name`.
+fn files_named(dir: &Path, name: &str, depth: u32) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_name() == name {
+            found.push(path.clone());
+        }
+        if depth > 1 && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(files_named(&path, name, depth - 1));
+        }
+    }
+    found
+}
+
+/// Usage errors, each with a word its message must contain.
+const USAGE_ERRORS: [(&[&str], &str); 7] = [
+    (&["run", "--bogus", "--", "true"], "--bogus"),
+    (&["run"], "<COMMAND>"),
+    (&["run", "true"], "'true'"),
+    (&["run", "--"], "<COMMAND>"),
+    (&["run", "--timeout", "5x", "--", "true"], "--timeout"),
+    (&["run", "--grace", "soon", "--", "true"], "--grace"),
+    (&["run", "--pin", "A/B", "--", "true"], "--pin"),
+];
+
+/// Runs every usage error; returns (args, expected word, stderr) after checking the status and
+/// that nothing was created.
+fn usage_errors(sandbox: &Sandbox) -> Vec<(&'static [&'static str], &'static str, String)> {
+    USAGE_ERRORS
+        .iter()
+        .map(|&(args, named)| {
+            let out = sandbox.command(args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert_eq!(out.status.code(), Some(125), "{args:?}: {stderr}");
+            assert!(
+                !exists(sandbox.state()),
+                "{args:?}: the state dir was created"
+            );
+            (args, named, stderr)
+        })
+        .collect()
+}
+
+#[test]
+fn own_failures_exit_125_with_the_problem_named_and_nothing_created() {
+    let sandbox = Sandbox::new("usage");
+    for (args, named, stderr) in usage_errors(&sandbox) {
+        assert!(
+            stderr.contains(named),
+            "{args:?}: stderr does not name {named}: {stderr}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "bug: clap usage errors print 4-7 lines (usage, help hint, blank lines) although \
+            main.rs promises one line for every own failure; `run` and `run --` do not name \
+            the missing command on their first line"]
+fn own_failures_are_one_line_on_stderr() {
+    let sandbox = Sandbox::new("oneline");
+    for (args, named, stderr) in usage_errors(&sandbox) {
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(
+            lines.len() == 1 && lines[0].contains(named),
+            "{args:?}: expected one line naming {named}, got: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn unsafe_state_dirs_are_refused_in_one_line_and_left_untouched() {
+    let sandbox = Sandbox::new("unsafe");
+    let base = sandbox.scratch();
+    let target = base.join("private");
+    std::fs::create_dir(&target).unwrap();
+    set_mode(&target, 0o700);
+    let link = base.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let group_writable = base.join("group-writable");
+    std::fs::create_dir(&group_writable).unwrap();
+    set_mode(&group_writable, 0o770);
+    let mut cases = vec![(link, "symbolic link"), (group_writable, "0770")];
+    if common::is_root() {
+        let foreign = base.join("foreign");
+        std::fs::create_dir(&foreign).unwrap();
+        set_mode(&foreign, 0o700);
+        std::os::unix::fs::chown(&foreign, Some(common::NOBODY), Some(common::NOBODY)).unwrap();
+        cases.push((foreign, "owned by uid 65534"));
+    }
+    for (dir, reason) in cases {
+        let out = std::process::Command::new(common::BIN)
+            .arg("--state-dir")
+            .arg(&dir)
+            .args(["run", "--", "touch", "should-not-exist"])
+            .current_dir(sandbox.scratch())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{}: {stderr}", dir.display());
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line expected: {stderr}");
+        assert!(
+            lines[0].contains(dir.to_str().unwrap()) && lines[0].contains(reason),
+            "the line must name {} and say {reason:?}: {stderr}",
+            dir.display()
+        );
+        let resolved = std::fs::canonicalize(&dir).unwrap();
+        let left: Vec<_> = std::fs::read_dir(&resolved).unwrap().collect();
+        assert!(left.is_empty(), "{}: created {left:?}", dir.display());
+        assert!(!exists(&sandbox.scratch().join("should-not-exist")));
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn removal_does_not_follow_symlinks_out_of_the_root() {
+    let sandbox = Sandbox::new("victim");
+    let victim = sandbox.scratch().join("victim");
+    std::fs::create_dir_all(victim.join("sub")).unwrap();
+    std::fs::write(victim.join("precious"), "keep me").unwrap();
+    std::fs::write(victim.join("sub/precious"), "keep me too").unwrap();
+    let script = r#"set -e
+        v="$CRT_DIR/victim"
+        ln -s "$v" "$HOME/to-victim"
+        ln -s "$v/precious" "$TMPDIR/to-file"
+        mkdir -p "$XDG_DATA_HOME/a/b" && ln -s "$v/sub" "$XDG_DATA_HOME/a/b/to-sub"
+        ln -s ../../../../../.. "$HOME/up""#;
+    let run = sandbox.run_bash(&[], script);
+    run.assert_status(0);
+    assert!(!exists(&run.root()), "the root outlived the run");
+    assert_eq!(
+        std::fs::read_to_string(victim.join("precious")).unwrap(),
+        "keep me"
+    );
+    assert_eq!(
+        std::fs::read_to_string(victim.join("sub/precious")).unwrap(),
+        "keep me too"
+    );
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn keep_root_keeps_it_and_gc_kept_reclaims_it() {
+    let sandbox = Sandbox::new("keep");
+    let run = sandbox.run_bash(&["--keep-root"], r#"echo kept > "$HOME/file""#);
+    run.assert_status(0);
+    let root = run.root();
+    assert_eq!(
+        std::fs::read_to_string(root.join("home/file")).unwrap(),
+        "kept\n"
+    );
+    assert!(
+        run.stderr.contains(root.to_str().unwrap()),
+        "the kept root is named: {}",
+        run.stderr
+    );
+    assert_eq!(run.report()["kept_root"], true);
+    let gc = sandbox.command(&["gc"]).output().unwrap();
+    assert_eq!(gc.status.code(), Some(0));
+    assert!(exists(&root), "plain gc reclaimed a kept root");
+    // A later run must not reclaim it either.
+    sandbox.run(&[], &["true"]).assert_status(0);
+    assert!(exists(&root), "a run's gc reclaimed a kept root");
+    let gc = sandbox.command(&["gc", "--kept"]).output().unwrap();
+    assert_eq!(
+        gc.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    assert!(!exists(&root), "gc --kept left the kept root");
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn cargo_test_offline_passes_inside_a_run() {
+    let sandbox = Sandbox::new("cargo");
+    let krate = sandbox.scratch().join("tiny");
+    std::fs::create_dir_all(krate.join("src")).unwrap();
+    std::fs::write(
+        krate.join("Cargo.toml"),
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        krate.join("src/lib.rs"),
+        "#[test]\nfn home_is_inside_the_root() {\n    \
+         let home = std::env::var(\"HOME\").unwrap();\n    \
+         assert!(home.starts_with(&std::env::var(\"CLEANROOM_ROOT\").unwrap()));\n}\n",
+    )
+    .unwrap();
+    let manifest = krate.join("Cargo.toml");
+    let (mut cmd, report) = sandbox.run_command(
+        &["--timeout", "120s"],
+        &[
+            "cargo",
+            "test",
+            "--offline",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+        ],
+    );
+    // The toolchain must be found from the real HOME alone, as on a user's machine.
+    for var in [
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC",
+        "RUSTFLAGS",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("CARGO_TARGET_DIR", krate.join("target"));
+    let run = sandbox.finish(cmd, &report);
+    run.assert_status(0);
+    assert!(
+        run.stdout.contains("test home_is_inside_the_root ... ok"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let toolchain = run.report()["env"]["toolchain"].as_array().unwrap().clone();
+    let var_of = |name: &str| {
+        toolchain
+            .iter()
+            .find(|t| t["var"] == name)
+            .and_then(|t| t["path"].as_str())
+            .map(PathBuf::from)
+    };
+    let real_home = PathBuf::from(std::env::var_os("HOME").unwrap());
+    for var in ["CARGO_HOME", "RUSTUP_HOME"] {
+        let path = var_of(var).unwrap_or_else(|| panic!("{var} not passed through"));
+        assert!(path.starts_with(&real_home), "{var}={}", path.display());
+    }
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn git_commit_works_with_the_hosts_global_identity() {
+    let sandbox = Sandbox::new("git");
+    let host_home = sandbox.scratch().join("host-home");
+    std::fs::create_dir(&host_home).unwrap();
+    std::fs::write(
+        host_home.join(".gitconfig"),
+        "[user]\n\tname = Cleanroom Tester\n\temail = tester@example.invalid\n",
+    )
+    .unwrap();
+    let script = r#"set -e
+        cd "$HOME"
+        git init -q repo && cd repo
+        git commit -q --allow-empty -m probe
+        git log -1 --format='%an <%ae>'
+        echo "$GIT_CONFIG_GLOBAL""#;
+    let (mut cmd, report) = sandbox.run_command(&[], &["bash", "-c", script]);
+    cmd.env("HOME", &host_home);
+    for var in [
+        "GIT_CONFIG_GLOBAL",
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "EMAIL",
+        "XDG_CONFIG_HOME",
+    ] {
+        cmd.env_remove(var);
+    }
+    let run = sandbox.finish(cmd, &report);
+    run.assert_status(0);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "Cleanroom Tester <tester@example.invalid>",
+            host_home.join(".gitconfig").to_str().unwrap()
+        ],
+        "{}",
+        run.stderr
+    );
+    let entries: Vec<_> = std::fs::read_dir(&host_home).unwrap().flatten().collect();
+    assert_eq!(entries.len(), 1, "the run wrote into the real home");
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn the_report_file_carries_the_documented_fields() {
+    let sandbox = Sandbox::new("report");
+    let run = sandbox.run(&[], &["sh", "-c", "exit 3"]);
+    run.assert_status(3);
+    let report = run.report();
+    assert_eq!(report["schema"], "cleanroom-run-report");
+    assert_eq!(report["version"], 1);
+    assert_eq!(report["exit"]["status"], 3);
+    assert_eq!(report["exit"]["code"], 3);
+    assert_eq!(report["exit"]["ending"], "exited");
+    assert_eq!(
+        report["containment"]["mechanism"],
+        common::Rung::Default.expected_mechanism()
+    );
+    assert_eq!(report["leaks"], serde_json::json!([]));
+    assert_eq!(report["cleanup"]["status"]["status"], "removed");
+    assert_eq!(report["command"], serde_json::json!(["sh", "-c", "exit 3"]));
+    let run_id = report["run_id"].as_str().unwrap();
+    assert!(run.root().ends_with(format!("run-{run_id}")));
+    let mode = std::fs::metadata(sandbox.state()).unwrap().mode();
+    assert_eq!(mode & 0o777, 0o700, "the state dir is private");
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn a_broken_stderr_neither_strands_the_root_nor_changes_the_status() {
+    let sandbox = Sandbox::new("epipe");
+    // 127 is reported through a message printed before the root is removed; the leak through
+    // messages printed after.
+    let missing = sandbox.run_command(&[], &["no-such-command-on-path-crt"]);
+    let leak = sandbox.bash_command(&[], "escapee leak &\nready leak");
+    for ((mut cmd, _), status) in [(missing, 127), (leak, 0)] {
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        drop(read);
+        cmd.stderr(std::process::Stdio::from(write));
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(status), "{cmd:?}");
+        sandbox.assert_namespace_empty();
+    }
+    sandbox.assert_no_survivors(&["leak"]);
+}
