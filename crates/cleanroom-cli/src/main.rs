@@ -63,11 +63,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { EXIT_OWN_FAILURE } else { 0 };
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
             let _ = e.print();
-            return ExitCode::from(code);
+            return ExitCode::SUCCESS;
         }
+        Err(e) => return ExitCode::from(fail(usage_error_line(&e))),
     };
     init_logging(cli.global.verbose);
     let code = match cli.command {
@@ -100,6 +101,24 @@ fn init_logging(verbose: u8) {
             })
             .init(),
     }
+}
+
+/// Condenses clap's multi-line usage error into one line that names the problem.
+fn usage_error_line(error: &clap::Error) -> String {
+    let text = error.to_string();
+    let mut parts = Vec::new();
+    let mut usage = "see `cleanroom --help`".to_string();
+    for line in text.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("Usage:") {
+            usage = format!("usage:{rest}");
+        } else if !line.is_empty()
+            && !line.starts_with("tip:")
+            && !line.starts_with("For more information")
+        {
+            parts.push(line.trim_start_matches("error: "));
+        }
+    }
+    format!("{} ({usage})", parts.join(" "))
 }
 
 /// Prints a one-line error for cleanroom's own failure and returns its exit status.

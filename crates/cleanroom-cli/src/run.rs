@@ -220,13 +220,22 @@ pub fn main(args: RunArgs, global: &Global) -> u8 {
     report.exit.status
 }
 
+/// Leaked processes named one per line before the rest is summed up (a fork loop leaks thousands).
+const MAX_LEAK_LINES: usize = 20;
+
 /// Quiet when all is well; one line per leak and one summary line when something happened.
 fn print_summary(report: &RunReport) {
-    for leak in &report.leaks {
+    for leak in report.leaks.iter().take(MAX_LEAK_LINES) {
         say!(
             "cleanroom: leak: pid {} outlived the command and was killed: {}",
             leak.process.id.pid,
             leak.process.command
+        );
+    }
+    if report.leaks.len() > MAX_LEAK_LINES {
+        say!(
+            "cleanroom: leak: ... and {} more leaked processes, all killed (--report lists every one)",
+            report.leaks.len() - MAX_LEAK_LINES
         );
     }
     let mut notes = Vec::new();

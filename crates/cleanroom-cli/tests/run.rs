@@ -340,9 +340,6 @@ fn own_failures_exit_125_with_the_problem_named_and_nothing_created() {
 }
 
 #[test]
-#[ignore = "bug: clap usage errors print 4-7 lines (usage, help hint, blank lines) although \
-            main.rs promises one line for every own failure; `run` and `run --` do not name \
-            the missing command on their first line"]
 fn own_failures_are_one_line_on_stderr() {
     let sandbox = Sandbox::new("oneline");
     for (args, named, stderr) in usage_errors(&sandbox) {

@@ -1,0 +1,212 @@
+//! `cleanroom run --exclusive NAME` through the real binary: runs holding the same name never
+//! overlap, other names overlap freely, a crashed holder's lock is taken at once, a lock timeout
+//! exits 125 naming the holder with nothing started, and a nested run joins its holder's lock
+//! with the inherited capability while a forged one waits.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{send_signal, Sandbox};
+
+/// Starts `cleanroom run [args] -- sh -c script` in the background.
+fn spawn_run(sandbox: &Sandbox, run_args: &[&str], script: &str) -> Child {
+    let mut args = vec!["run"];
+    args.extend_from_slice(run_args);
+    args.extend(["--", "sh", "-c", script]);
+    sandbox
+        .command(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cleanroom run")
+}
+
+fn wait_for_file(path: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn runs_holding_the_same_lock_never_overlap() {
+    let sandbox = Sandbox::new("excl-same");
+    let log = sandbox.scratch().join("stamps");
+    let script = format!(
+        "echo start $$ >> {log}; sleep 0.2; echo end $$ >> {log}",
+        log = log.display()
+    );
+    let runs: Vec<Child> = (0..4)
+        .map(|_| spawn_run(&sandbox, &["--exclusive", "suite"], &script))
+        .collect();
+    for run in runs {
+        let out = sandbox.wait_for_runner(run, Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").expect(&text);
+        let end = pair[1].strip_prefix("end ").expect(&text);
+        assert_eq!(start, end, "intervals overlap:\n{text}");
+    }
+    sandbox.assert_namespace_holds_only(&["locks"]);
+}
+
+#[test]
+fn runs_holding_different_locks_overlap_freely() {
+    let sandbox = Sandbox::new("excl-other");
+    let dir = sandbox.scratch().display().to_string();
+    // Each run waits (up to 10 s) for the other to have started: both succeed only if they overlap.
+    let script = |me: &str, other: &str| {
+        format!("touch {dir}/{me}; for i in $(seq 1 1000); do [ -e {dir}/{other} ] && exit 0; sleep 0.01; done; exit 1")
+    };
+    let a = spawn_run(&sandbox, &["--exclusive", "a"], &script("a", "b"));
+    let b = spawn_run(&sandbox, &["--exclusive", "b"], &script("b", "a"));
+    for run in [a, b] {
+        let out = sandbox.wait_for_runner(run, Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_lock_timeout_exits_125_naming_the_holder_and_starts_nothing() {
+    let sandbox = Sandbox::new("excl-timeout");
+    let held = sandbox.scratch().join("held");
+    let holder = spawn_run(
+        &sandbox,
+        &["--exclusive", "db"],
+        &format!("touch {}; sleep 3", held.display()),
+    );
+    wait_for_file(&held);
+    let started = sandbox.scratch().join("started");
+    let waiter = sandbox.run(
+        &["--exclusive", "db", "--lock-timeout", "300ms"],
+        &["touch", started.to_str().unwrap()],
+    );
+    waiter.assert_status(125);
+    assert!(
+        waiter.stderr.contains("timed out waiting for lock"),
+        "{}",
+        waiter.stderr
+    );
+    assert!(
+        waiter.stderr.contains(&format!("pid {}", holder.id())),
+        "{}",
+        waiter.stderr
+    );
+    assert!(waiter.stderr.contains("sleep 3"), "{}", waiter.stderr);
+    assert!(!started.exists(), "the waiting run's command was started");
+    assert!(
+        waiter.report.is_none(),
+        "a run that never started wrote a report"
+    );
+    let out = sandbox.wait_for_runner(holder, Duration::from_secs(30));
+    assert!(out.status.success());
+    sandbox.assert_namespace_holds_only(&["locks"]);
+}
+
+#[test]
+fn a_sigkilled_holders_lock_is_taken_by_the_waiter_at_once() {
+    let sandbox = Sandbox::new("excl-crash");
+    let held = sandbox.scratch().join("held");
+    let holder = spawn_run(
+        &sandbox,
+        &["--exclusive", "db"],
+        &format!(
+            "touch {}; exec sleep 300 {}",
+            held.display(),
+            sandbox.marker()
+        ),
+    );
+    wait_for_file(&held);
+    let waiter = spawn_run(&sandbox, &["--exclusive", "db"], "true");
+    std::thread::sleep(Duration::from_millis(300));
+    send_signal(&holder, rustix::process::Signal::KILL);
+    let killed_at = Instant::now();
+    let out = sandbox.wait_for_runner(waiter, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(5),
+        "the waiter took {:?} after the holder died",
+        killed_at.elapsed()
+    );
+    let _ = sandbox.wait_for_runner(holder, Duration::from_secs(10));
+    // The crashed holder left its root and its `sleep`; gc reclaims both.
+    let gc = sandbox.command(&["gc"]).output().unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    sandbox.assert_no_survivors(&[]);
+    sandbox.assert_namespace_holds_only(&["locks"]);
+}
+
+#[test]
+fn a_nested_run_joins_its_holders_lock_and_a_forged_token_waits() {
+    let sandbox = Sandbox::new("excl-nested");
+    let bin = common::BIN;
+    let state = sandbox.state().to_str().unwrap();
+    let joined = sandbox.run(
+        &["--exclusive", "db"],
+        &[
+            bin,
+            "--state-dir",
+            state,
+            "run",
+            "--exclusive",
+            "db",
+            "--lock-timeout",
+            "2s",
+            "--",
+            "true",
+        ],
+    );
+    joined.assert_status(0);
+    let forged = format!("user:db:{}", "0".repeat(32));
+    let refused = sandbox.run(
+        &["--exclusive", "db"],
+        &[
+            "env",
+            &format!("CLEANROOM_LOCK_TOKENS={forged}"),
+            bin,
+            "--state-dir",
+            state,
+            "run",
+            "--exclusive",
+            "db",
+            "--lock-timeout",
+            "300ms",
+            "--",
+            "true",
+        ],
+    );
+    refused.assert_status(125);
+    assert!(
+        refused.stderr.contains("timed out waiting for lock"),
+        "{}",
+        refused.stderr
+    );
+    sandbox.assert_namespace_holds_only(&["locks"]);
+}
