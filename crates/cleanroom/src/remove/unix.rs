@@ -290,6 +290,14 @@ fn open_dir_for_removal(parent: BorrowedFd<'_>, name: &CStr) -> Result<Option<Ow
                 OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
             )?;
+            // An O_PATH open crosses mount points: if another filesystem is mounted here, its
+            // root is not ours to chmod. Hand the O_PATH descriptor back; the caller sees the
+            // other device or mount id and reports the mount without entering it.
+            let (parent_id, parent_mnt, _) = identity_of_fd(parent)?;
+            let (here_id, here_mnt, _) = identity_of_fd(path_fd.as_fd())?;
+            if here_id.dev != parent_id.dev || here_mnt != parent_mnt {
+                return Ok(Some(path_fd));
+            }
             let st = rustix::fs::fstat(&path_fd)?;
             let proc_path = format!(
                 "/proc/self/fd/{}",
