@@ -104,13 +104,23 @@ struct Frame {
 /// Removes everything inside the directory `top` except its marker; `display` names it in errors.
 pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
     let mut stats = WalkStats::default();
-    let (top_identity, top_mnt, _) = match identity_of_fd(top.as_fd()) {
+    let (top_identity, top_mnt, top_mode) = match identity_of_fd(top.as_fd()) {
         Ok(v) => v,
         Err(e) => {
             stats.errors.push(format!("{}: {e}", display.display()));
             return stats;
         }
     };
+    // The root itself may have been made read-only by the run (`chmod 555 "$HOME/.."`): like
+    // every directory below it, it must be writable for its entries to be unlinked.
+    if top_mode & 0o700 != 0o700 {
+        if let Err(e) = rustix::fs::fchmod(top, Mode::from_raw_mode((top_mode & 0o7777) | 0o700)) {
+            stats
+                .errors
+                .push(format!("{}: cannot make writable: {e}", display.display()));
+            return stats;
+        }
+    }
     let top_fd = match reopen_self(top.as_fd()) {
         Ok(fd) => fd,
         Err(e) => {
