@@ -260,6 +260,19 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
             marker: Some(marker),
         };
     }
+    // The owner may have removed the root and released its lock between our open and our lock
+    // (a run that just finished): the lock is then on a deleted directory. Only an entry whose
+    // name still denotes the directory we hold and lock is judged further.
+    match rustix::fs::statat(ns.dir(), name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if (st.st_dev, st.st_ino) == (before.st_dev, before.st_ino) => {}
+        _ => {
+            return done(
+                entry,
+                EntryState::Live,
+                "removed or replaced while being inspected".into(),
+            )
+        }
+    }
     let (state, reason) = match marker.owner.liveness(&marker.host, here) {
         Liveness::Alive => (
             EntryState::Live,
