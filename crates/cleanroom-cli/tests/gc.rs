@@ -805,3 +805,19 @@ fn unprivileged_run_that_makes_its_root_read_only_is_still_cleaned_up() {
         assert_eq!(sandbox.names(), Vec::<String>::new(), "{script}");
     }
 }
+
+#[test]
+fn empty_quarantine_is_removed_but_a_marker_less_one_with_contents_is_foreign() {
+    let sandbox = Sandbox::new();
+    let empty = format!(".trash-{}", root_name(&new_run_id()));
+    fs::create_dir(sandbox.ns.join(&empty)).unwrap();
+    let full = format!(".trash-{}", root_name(&new_run_id()));
+    fs::create_dir(sandbox.ns.join(&full)).unwrap();
+    fs::write(sandbox.ns.join(&full).join("data"), "kept\n").unwrap();
+    assert_eq!(sandbox.state_of(&empty).0, "leftover");
+    assert_eq!(sandbox.state_of(&full).0, "foreign");
+    let (summary, code) = sandbox.gc_json(&[]);
+    assert_eq!(code, 0, "{summary}");
+    assert_eq!(removed_names(&summary), vec![empty]);
+    assert_eq!(sandbox.names(), vec![full]);
+}

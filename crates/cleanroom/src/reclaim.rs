@@ -224,15 +224,23 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
         Err(problem) => {
             let empty = is_empty_dir(&dir);
             let old = entry.age_secs.unwrap_or(0) >= EMPTY_DIR_MIN_AGE;
-            let mut judged =
-                if kind != EntryKind::Root && empty && (old || kind == EntryKind::Trash) {
-                    done(entry, EntryState::Leftover, format!("empty, {problem}"))
-                } else {
-                    done(entry, EntryState::Foreign, problem.to_string())
-                };
-            if judged.entry.state == EntryState::Leftover {
-                judged.dir = Some(dir);
+            if kind == EntryKind::Root || !empty || !(old || kind == EntryKind::Trash) {
+                return done(entry, EntryState::Foreign, problem.to_string());
             }
+            // An owner that has just unlinked its marker is about to remove this directory and
+            // still holds its lock: leave it to the owner.
+            if rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive).is_err() {
+                return done(entry, EntryState::Live, "being removed by its owner".into());
+            }
+            if !still_named(ns, name, &before) {
+                return done(
+                    entry,
+                    EntryState::Live,
+                    "removed or replaced while being inspected".into(),
+                );
+            }
+            let mut judged = done(entry, EntryState::Leftover, format!("empty, {problem}"));
+            judged.dir = Some(dir);
             return judged;
         }
     };
@@ -263,15 +271,12 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
     // The owner may have removed the root and released its lock between our open and our lock
     // (a run that just finished): the lock is then on a deleted directory. Only an entry whose
     // name still denotes the directory we hold and lock is judged further.
-    match rustix::fs::statat(ns.dir(), name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) if (st.st_dev, st.st_ino) == (before.st_dev, before.st_ino) => {}
-        _ => {
-            return done(
-                entry,
-                EntryState::Live,
-                "removed or replaced while being inspected".into(),
-            )
-        }
+    if !still_named(ns, name, &before) {
+        return done(
+            entry,
+            EntryState::Live,
+            "removed or replaced while being inspected".into(),
+        );
     }
     let (state, reason) = match marker.owner.liveness(&marker.host, here) {
         Liveness::Alive => (
@@ -305,6 +310,12 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
         dir: keep_dir.then_some(dir),
         marker: Some(marker),
     }
+}
+
+/// Whether `name` in the namespace still denotes the directory first seen as `before`.
+fn still_named(ns: &Namespace, name: &OsStr, before: &rustix::fs::Stat) -> bool {
+    rustix::fs::statat(ns.dir(), name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| (st.st_dev, st.st_ino) == (before.st_dev, before.st_ino))
 }
 
 fn is_empty_dir(dir: &OwnedFd) -> bool {
