@@ -821,3 +821,19 @@ fn empty_quarantine_is_removed_but_a_marker_less_one_with_contents_is_foreign() 
     assert_eq!(removed_names(&summary), vec![empty]);
     assert_eq!(sandbox.names(), vec![full]);
 }
+
+#[test]
+fn half_removed_kept_root_is_finished_by_a_plain_gc() {
+    let sandbox = Sandbox::new();
+    // What a `gc --kept` that failed part-way leaves: a quarantined root whose marker says keep.
+    let spec = RootSpec {
+        keep: true,
+        ..RootSpec::stale(&sandbox)
+    };
+    let trash = format!(".trash-{}", spec.name());
+    spec.create_as(&sandbox, &trash);
+    assert_eq!(sandbox.state_of(&trash).0, "leftover");
+    let (summary, code) = sandbox.gc_json(&[]);
+    assert_eq!(code, 0, "{summary}");
+    assert_eq!(removed_names(&summary), vec![trash]);
+}

@@ -287,13 +287,14 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
             EntryState::Live,
             "owner ran in another pid namespace or host; cannot prove it is dead".to_string(),
         ),
+        // A quarantined root is already half removed, kept or not: finish it.
+        Liveness::Dead if kind == EntryKind::Trash => {
+            (EntryState::Leftover, "removal did not finish".to_string())
+        }
         Liveness::Dead if marker.keep && !include_kept => (
             EntryState::Kept,
             "kept with --keep-root (gc --kept reclaims it)".to_string(),
         ),
-        Liveness::Dead if kind == EntryKind::Trash => {
-            (EntryState::Leftover, "removal did not finish".to_string())
-        }
         Liveness::Dead => (
             EntryState::Stale,
             format!("owner pid {} is gone", marker.owner.pid),
