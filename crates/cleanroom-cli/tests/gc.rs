@@ -837,3 +837,33 @@ fn half_removed_kept_root_is_finished_by_a_plain_gc() {
     assert_eq!(code, 0, "{summary}");
     assert_eq!(removed_names(&summary), vec![trash]);
 }
+
+#[test]
+fn hundreds_of_stale_roots_are_all_reclaimed_under_a_low_descriptor_limit() {
+    let sandbox = Sandbox::new();
+    let template = RootSpec {
+        files: 1,
+        ..RootSpec::stale(&sandbox)
+    };
+    let n = 300;
+    for _ in 0..n {
+        RootSpec {
+            run_id: new_run_id(),
+            ..template.clone()
+        }
+        .create(&sandbox);
+    }
+    // Desktop sessions often have a soft limit of 1024 descriptors; the seed bug had 9,272 roots.
+    let out = std::process::Command::new("sh")
+        .args(["-c", r#"ulimit -n 128 && exec "$0" "$@""#, bin()])
+        .arg("--state-dir")
+        .arg(&sandbox.ns)
+        .args(["gc", "--json"])
+        .output()
+        .unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{summary}");
+    assert_eq!(summary["foreign"], 0, "{summary}");
+    assert_eq!(summary["removed"], n, "{summary}");
+    assert_eq!(sandbox.names(), Vec::<String>::new());
+}

@@ -408,7 +408,8 @@ fn free_bytes(ns: &Namespace) -> u64 {
         .unwrap_or(0)
 }
 
-/// Reclaims stale roots and leftovers of `ns`. `progress(done, total)` is called per candidate.
+/// Reclaims stale roots and leftovers of `ns`. `progress(done, total)` is called before each
+/// removal with the number of namespace entries looked at so far and in all.
 pub fn gc(
     ns: &Namespace,
     options: &GcOptions,
@@ -427,8 +428,15 @@ pub fn gc(
     };
     let free_before = free_bytes(ns);
     let names = entry_names(ns);
-    let mut candidates = Vec::new();
-    for name in &names {
+    // Each entry is judged and, when stale, removed before the next is looked at, so only one
+    // root is held open (and locked) at a time: holding every candidate at once ran out of
+    // descriptors (EMFILE, soft limit often 1024) with thousands of stale roots, and the rest
+    // were misreported as foreign and left.
+    let total = names.len();
+    // One pass over /proc finds every process still tagged with a run id of ours; it is made
+    // when the first candidate is met.
+    let mut tagged: Option<HashMap<String, Vec<i32>>> = None;
+    for (done, name) in names.iter().enumerate() {
         let judged = judge(ns, name, &here, options.include_kept);
         summary.scanned += 1;
         match judged.entry.state {
@@ -436,17 +444,11 @@ pub fn gc(
             EntryState::Kept => summary.kept += 1,
             EntryState::Foreign => summary.foreign += 1,
             EntryState::Locks => {}
-            EntryState::Stale | EntryState::Leftover => candidates.push(judged),
+            EntryState::Stale | EntryState::Leftover => {}
         }
-    }
-    // One pass over /proc finds every process still tagged with a run id of ours.
-    let tagged = if candidates.is_empty() || options.dry_run {
-        HashMap::new()
-    } else {
-        tagged_processes(ns.euid())
-    };
-    let total = candidates.len();
-    for (done, judged) in candidates.into_iter().enumerate() {
+        if !matches!(judged.entry.state, EntryState::Stale | EntryState::Leftover) {
+            continue;
+        }
         let over_time = options
             .budget
             .max_time
@@ -456,8 +458,9 @@ pub fn gc(
             .max_count
             .is_some_and(|n| summary.removed >= n);
         if over_time || over_count {
+            // Keep counting what is there; remove nothing more.
             summary.truncated = true;
-            break;
+            continue;
         }
         progress(done, total);
         if options.dry_run {
@@ -468,6 +471,7 @@ pub fn gc(
         let Some(dir) = judged.dir else { continue };
         let name = judged.entry.name.clone();
         if let Some(marker) = &judged.marker {
+            let tagged = tagged.get_or_insert_with(|| tagged_processes(ns.euid()));
             if tagged.contains_key(&marker.run_id) || marker.cgroup.is_some() {
                 summary.killed.extend(contain::kill_orphans(
                     &marker.run_id,
