@@ -10,7 +10,10 @@
 //! - ownership and death are judged right: reused pid and another boot are stale, a live owner
 //!   and another pid namespace are live, kept roots wait for `gc --kept`;
 //! - a removal that fails part-way is reported (exit 1, the `.trash-` path) and finished by the
-//!   next gc; an unprivileged gc removes read-only trees it owns;
+//!   next gc, even when the root was kept; an empty quarantine is removed, a marker-less one with
+//!   contents is not; an unprivileged gc (and run) removes read-only trees it owns, the root's own
+//!   directory included, and never chmods a mount it meets;
+//! - hundreds of stale roots are all reclaimed under a low descriptor limit;
 //! - `--dry-run` changes nothing; `--json` and `list --json/--sizes` report every field and state;
 //! - the removal walk handles trees deeper than PATH_MAX, leaves bind mounts (and what they
 //!   show) in place, and removes symlinks and hard links without touching their targets.
