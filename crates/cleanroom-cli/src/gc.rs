@@ -75,7 +75,7 @@ pub fn gc_main(args: GcArgs, global: &Global) -> u8 {
         let bar = indicatif::ProgressBar::hidden();
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} reclaiming {pos}/{len} stale roots {wide_bar} {eta}",
+                "{spinner} reclaiming stale roots: {pos}/{len} entries {wide_bar} {eta}",
             )
             .expect("template"),
         );

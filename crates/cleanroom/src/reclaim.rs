@@ -224,15 +224,23 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
         Err(problem) => {
             let empty = is_empty_dir(&dir);
             let old = entry.age_secs.unwrap_or(0) >= EMPTY_DIR_MIN_AGE;
-            let mut judged =
-                if kind != EntryKind::Root && empty && (old || kind == EntryKind::Trash) {
-                    done(entry, EntryState::Leftover, format!("empty, {problem}"))
-                } else {
-                    done(entry, EntryState::Foreign, problem.to_string())
-                };
-            if judged.entry.state == EntryState::Leftover {
-                judged.dir = Some(dir);
+            if kind == EntryKind::Root || !empty || !(old || kind == EntryKind::Trash) {
+                return done(entry, EntryState::Foreign, problem.to_string());
             }
+            // An owner that has just unlinked its marker is about to remove this directory and
+            // still holds its lock: leave it to the owner.
+            if rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive).is_err() {
+                return done(entry, EntryState::Live, "being removed by its owner".into());
+            }
+            if !still_named(ns, name, &before) {
+                return done(
+                    entry,
+                    EntryState::Live,
+                    "removed or replaced while being inspected".into(),
+                );
+            }
+            let mut judged = done(entry, EntryState::Leftover, format!("empty, {problem}"));
+            judged.dir = Some(dir);
             return judged;
         }
     };
@@ -260,6 +268,16 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
             marker: Some(marker),
         };
     }
+    // The owner may have removed the root and released its lock between our open and our lock
+    // (a run that just finished): the lock is then on a deleted directory. Only an entry whose
+    // name still denotes the directory we hold and lock is judged further.
+    if !still_named(ns, name, &before) {
+        return done(
+            entry,
+            EntryState::Live,
+            "removed or replaced while being inspected".into(),
+        );
+    }
     let (state, reason) = match marker.owner.liveness(&marker.host, here) {
         Liveness::Alive => (
             EntryState::Live,
@@ -269,13 +287,14 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
             EntryState::Live,
             "owner ran in another pid namespace or host; cannot prove it is dead".to_string(),
         ),
+        // A quarantined root is already half removed, kept or not: finish it.
+        Liveness::Dead if kind == EntryKind::Trash => {
+            (EntryState::Leftover, "removal did not finish".to_string())
+        }
         Liveness::Dead if marker.keep && !include_kept => (
             EntryState::Kept,
             "kept with --keep-root (gc --kept reclaims it)".to_string(),
         ),
-        Liveness::Dead if kind == EntryKind::Trash => {
-            (EntryState::Leftover, "removal did not finish".to_string())
-        }
         Liveness::Dead => (
             EntryState::Stale,
             format!("owner pid {} is gone", marker.owner.pid),
@@ -292,6 +311,12 @@ fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: bool) -> Judge
         dir: keep_dir.then_some(dir),
         marker: Some(marker),
     }
+}
+
+/// Whether `name` in the namespace still denotes the directory first seen as `before`.
+fn still_named(ns: &Namespace, name: &OsStr, before: &rustix::fs::Stat) -> bool {
+    rustix::fs::statat(ns.dir(), name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| (st.st_dev, st.st_ino) == (before.st_dev, before.st_ino))
 }
 
 fn is_empty_dir(dir: &OwnedFd) -> bool {
@@ -383,7 +408,8 @@ fn free_bytes(ns: &Namespace) -> u64 {
         .unwrap_or(0)
 }
 
-/// Reclaims stale roots and leftovers of `ns`. `progress(done, total)` is called per candidate.
+/// Reclaims stale roots and leftovers of `ns`. `progress(done, total)` is called before each
+/// removal with the number of namespace entries looked at so far and in all.
 pub fn gc(
     ns: &Namespace,
     options: &GcOptions,
@@ -402,8 +428,15 @@ pub fn gc(
     };
     let free_before = free_bytes(ns);
     let names = entry_names(ns);
-    let mut candidates = Vec::new();
-    for name in &names {
+    // Each entry is judged and, when stale, removed before the next is looked at, so only one
+    // root is held open (and locked) at a time: holding every candidate at once ran out of
+    // descriptors (EMFILE, soft limit often 1024) with thousands of stale roots, and the rest
+    // were misreported as foreign and left.
+    let total = names.len();
+    // One pass over /proc finds every process still tagged with a run id of ours; it is made
+    // when the first candidate is met.
+    let mut tagged: Option<HashMap<String, Vec<i32>>> = None;
+    for (done, name) in names.iter().enumerate() {
         let judged = judge(ns, name, &here, options.include_kept);
         summary.scanned += 1;
         match judged.entry.state {
@@ -411,17 +444,11 @@ pub fn gc(
             EntryState::Kept => summary.kept += 1,
             EntryState::Foreign => summary.foreign += 1,
             EntryState::Locks => {}
-            EntryState::Stale | EntryState::Leftover => candidates.push(judged),
+            EntryState::Stale | EntryState::Leftover => {}
         }
-    }
-    // One pass over /proc finds every process still tagged with a run id of ours.
-    let tagged = if candidates.is_empty() || options.dry_run {
-        HashMap::new()
-    } else {
-        tagged_processes(ns.euid())
-    };
-    let total = candidates.len();
-    for (done, judged) in candidates.into_iter().enumerate() {
+        if !matches!(judged.entry.state, EntryState::Stale | EntryState::Leftover) {
+            continue;
+        }
         let over_time = options
             .budget
             .max_time
@@ -431,8 +458,9 @@ pub fn gc(
             .max_count
             .is_some_and(|n| summary.removed >= n);
         if over_time || over_count {
+            // Keep counting what is there; remove nothing more.
             summary.truncated = true;
-            break;
+            continue;
         }
         progress(done, total);
         if options.dry_run {
@@ -443,6 +471,7 @@ pub fn gc(
         let Some(dir) = judged.dir else { continue };
         let name = judged.entry.name.clone();
         if let Some(marker) = &judged.marker {
+            let tagged = tagged.get_or_insert_with(|| tagged_processes(ns.euid()));
             if tagged.contains_key(&marker.run_id) || marker.cgroup.is_some() {
                 summary.killed.extend(contain::kill_orphans(
                     &marker.run_id,

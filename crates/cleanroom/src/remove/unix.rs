@@ -104,13 +104,23 @@ struct Frame {
 /// Removes everything inside the directory `top` except its marker; `display` names it in errors.
 pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
     let mut stats = WalkStats::default();
-    let (top_identity, top_mnt, _) = match identity_of_fd(top.as_fd()) {
+    let (top_identity, top_mnt, top_mode) = match identity_of_fd(top.as_fd()) {
         Ok(v) => v,
         Err(e) => {
             stats.errors.push(format!("{}: {e}", display.display()));
             return stats;
         }
     };
+    // The root itself may have been made read-only by the run (`chmod 555 "$HOME/.."`): like
+    // every directory below it, it must be writable for its entries to be unlinked.
+    if top_mode & 0o700 != 0o700 {
+        if let Err(e) = rustix::fs::fchmod(top, Mode::from_raw_mode((top_mode & 0o7777) | 0o700)) {
+            stats
+                .errors
+                .push(format!("{}: cannot make writable: {e}", display.display()));
+            return stats;
+        }
+    }
     let top_fd = match reopen_self(top.as_fd()) {
         Ok(fd) => fd,
         Err(e) => {
@@ -290,6 +300,14 @@ fn open_dir_for_removal(parent: BorrowedFd<'_>, name: &CStr) -> Result<Option<Ow
                 OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
             )?;
+            // An O_PATH open crosses mount points: if another filesystem is mounted here, its
+            // root is not ours to chmod. Hand the O_PATH descriptor back; the caller sees the
+            // other device or mount id and reports the mount without entering it.
+            let (parent_id, parent_mnt, _) = identity_of_fd(parent)?;
+            let (here_id, here_mnt, _) = identity_of_fd(path_fd.as_fd())?;
+            if here_id.dev != parent_id.dev || here_mnt != parent_mnt {
+                return Ok(Some(path_fd));
+            }
             let st = rustix::fs::fstat(&path_fd)?;
             let proc_path = format!(
                 "/proc/self/fd/{}",
@@ -333,10 +351,14 @@ fn reopen_parent(child: &Frame, expected: Identity) -> Result<OwnedFd, String> {
     Ok(fd)
 }
 
+/// Lists a directory the walk has just opened. The descriptor is fresh (at offset 0) and read
+/// once, so it is read directly: `Dir::read_from` would duplicate it first (fcntl + openat +
+/// close for every directory, a quarter of the syscalls of a gc of small roots).
 fn read_entries(fd: BorrowedFd<'_>) -> Result<Vec<(CString, Option<FileType>)>, Errno> {
     let mut out = Vec::new();
-    let mut dir = rustix::fs::Dir::read_from(fd)?;
-    while let Some(entry) = dir.read() {
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16 * 1024];
+    let mut dir = rustix::fs::RawDir::new(fd, &mut buf);
+    while let Some(entry) = dir.next() {
         let entry = entry?;
         let name = entry.file_name();
         if name == c"." || name == c".." {
