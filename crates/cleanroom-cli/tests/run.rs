@@ -585,7 +585,7 @@ fn the_report_file_carries_the_documented_fields() {
         common::Rung::Default.expected_mechanism()
     );
     assert_eq!(report["leaks"], serde_json::json!([]));
-    assert_eq!(report["cleanup"]["status"]["status"], "removed");
+    assert_eq!(report["cleanup"]["status"], "removed");
     assert_eq!(report["command"], serde_json::json!(["sh", "-c", "exit 3"]));
     let run_id = report["run_id"].as_str().unwrap();
     assert!(run.root().ends_with(format!("run-{run_id}")));

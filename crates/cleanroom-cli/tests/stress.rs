@@ -127,7 +127,7 @@ fn check_run(out: &std::process::Output, report: &Path) -> Result<(), String> {
     let report: serde_json::Value =
         serde_json::from_slice(&fs::read(report).map_err(|e| format!("no report: {e}"))?)
             .map_err(|e| format!("bad report: {e}"))?;
-    if report["cleanup"]["status"]["status"] != "removed" {
+    if report["cleanup"]["status"] != "removed" {
         return Err(format!("cleanup: {}", report["cleanup"]));
     }
     if report["gc"]["removed"] != 0 || !report["gc"]["errors"].as_array().unwrap().is_empty() {
