@@ -40,7 +40,7 @@ pub struct ServeArgs {
     session_ttl: String,
     /// Write protection (Landlock) for every process: `home` keeps the real home read-only,
     /// `strict` allows writes only inside the root, --cwd and device files.
-    #[arg(long, value_enum, default_value = "off")]
+    #[arg(long, value_enum, default_value = "home")]
     protect: Protect,
     /// Largest accepted frame or message; larger ones close the socket with 1009.
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_name = "N")]
