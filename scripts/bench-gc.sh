@@ -8,7 +8,7 @@
 #
 # Usage: scripts/bench-gc.sh [N...]        (default: 2000 10000)
 # Env:   RUNS (default 5), FILESYSTEMS (default "/dev/shm /tmp"), CLEANROOM (default: release
-#        build in $CARGO_TARGET_DIR or target/). Build first: cargo build --release.
+#        build in $CARGO_TARGET_DIR or target/).
 # Needs: hyperfine (apt-get install -y hyperfine), python3.
 set -euo pipefail
 
@@ -19,7 +19,7 @@ runs=${RUNS:-5}
 filesystems=${FILESYSTEMS:-/dev/shm /tmp}
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(2000 10000)
-[ -x "$cleanroom" ] || { echo "build first: cargo build --release ($cleanroom)" >&2; exit 1; }
+[ -n "${CLEANROOM:-}" ] || (cd "$here/.." && cargo build --release --quiet -p cleanroom-cli --bin cleanroom)
 command -v hyperfine >/dev/null || { echo "needs hyperfine: apt-get install -y hyperfine" >&2; exit 1; }
 
 for fs in $filesystems; do

@@ -7,7 +7,6 @@
 #
 # Usage: scripts/bench-remove.sh [NDIRS NFILES]      (default: 1000 100)
 # Env:   RUNS (default 5), FILESYSTEMS (default "/dev/shm /tmp").
-#        Build first: cargo build --release -p cleanroom --examples
 # Needs: hyperfine (apt-get install -y hyperfine), python3.
 set -euo pipefail
 
@@ -18,7 +17,7 @@ runs=${RUNS:-5}
 filesystems=${FILESYSTEMS:-/dev/shm /tmp}
 ndirs=${1:-1000}
 nfiles=${2:-100}
-[ -x "$remove_tree" ] || { echo "build first: cargo build --release -p cleanroom --examples" >&2; exit 1; }
+[ -n "${REMOVE_TREE:-}" ] || (cd "$here/.." && cargo build --release --quiet -p cleanroom --example remove_tree)
 command -v hyperfine >/dev/null || { echo "needs hyperfine: apt-get install -y hyperfine" >&2; exit 1; }
 
 for fs in $filesystems; do
