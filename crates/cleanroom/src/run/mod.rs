@@ -258,7 +258,6 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     if let Some(fg) = &foreground {
         fg.restore();
     }
-    drop(signals);
     drop(held_locks);
 
     let exit = outcome.exit_info(config);
@@ -275,6 +274,10 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     } else {
         Some(root.remove(&ns))
     };
+    // Signals stay blocked until the root is gone, so an impatient Ctrl-C cannot cut the removal
+    // short; what arrived meanwhile is discarded rather than delivered when the mask is restored.
+    signals.drain();
+    drop(signals);
     Ok(RunReport {
         schema: REPORT_SCHEMA,
         version: REPORT_VERSION,
