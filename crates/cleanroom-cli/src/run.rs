@@ -124,8 +124,14 @@ pub struct RunArgs {
     /// Keep NAME even with --drop-secrets (repeatable).
     #[arg(long = "keep-env", value_name = "NAME")]
     keep_env: Vec<String>,
-    /// Wait for, then hold, the exclusive lock NAME for the whole run (repeatable).
-    #[arg(long = "exclusive", value_name = "NAME")]
+    /// Wait for, then hold, the exclusive lock NAME for the whole run (repeatable; or a
+    /// comma-separated list in CLEANROOM_EXCLUSIVE, e.g. set once in a project's CI config).
+    #[arg(
+        long = "exclusive",
+        value_name = "NAME",
+        env = "CLEANROOM_EXCLUSIVE",
+        value_delimiter = ','
+    )]
     exclusive: Vec<String>,
     /// Give up waiting for --exclusive locks after D (exit 125); default: wait forever.
     #[arg(long, value_name = "D", value_parser = duration)]

@@ -66,6 +66,36 @@ fn runs_holding_the_same_lock_never_overlap() {
 }
 
 #[test]
+fn cleanroom_exclusive_in_the_environment_names_the_locks() {
+    let sandbox = Sandbox::new("excl-env");
+    let held = sandbox.scratch().join("held");
+    let mut holder = sandbox.command(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 3", held.display()),
+    ]);
+    let holder = holder
+        .env("CLEANROOM_EXCLUSIVE", "other,db")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&held);
+    let waiter = sandbox.run(&["--exclusive", "db", "--lock-timeout", "300ms"], &["true"]);
+    waiter.assert_status(125);
+    assert!(waiter.stderr.contains("\"db\""), "{}", waiter.stderr);
+    let out = sandbox.wait_for_runner(holder, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sandbox.assert_namespace_holds_only(&["locks"]);
+}
+
+#[test]
 fn runs_holding_different_locks_overlap_freely() {
     let sandbox = Sandbox::new("excl-other");
     let dir = sandbox.scratch().display().to_string();

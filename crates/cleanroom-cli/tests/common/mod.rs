@@ -263,6 +263,7 @@ impl Sandbox {
             .env("CRT_DIR", &self.scratch)
             .env("CRT_MARK", &self.marker)
             .env_remove("CLEANROOM_STATE_DIR")
+            .env_remove("CLEANROOM_EXCLUSIVE")
             .env_remove("CLEANROOM_LOG")
             .stdin(Stdio::null());
         cmd

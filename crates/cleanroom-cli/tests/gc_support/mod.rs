@@ -144,6 +144,7 @@ impl Sandbox {
         };
         cmd.arg("--state-dir").arg(&self.ns).args(args);
         cmd.env_remove("CLEANROOM_STATE_DIR");
+        cmd.env_remove("CLEANROOM_EXCLUSIVE");
         cmd
     }
 
