@@ -56,7 +56,8 @@ pub struct Layout {
     pub homes: BTreeMap<String, PathBuf>,
 }
 
-const LAYOUT_DIRS: [&str; 9] = [
+/// The directories every root has, relative to it, in creation order.
+pub const LAYOUT_DIRS: [&str; 9] = [
     "home",
     "tmp",
     "xdg",

@@ -18,21 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use serde_json::{json, Value};
 
-/// The directories of a root's layout (`cleanroom::root`).
-pub const LAYOUT: [&str; 9] = [
-    "home",
-    "tmp",
-    "xdg",
-    "xdg/config",
-    "xdg/cache",
-    "xdg/data",
-    "xdg/state",
-    "xdg/runtime",
-    "homes",
-];
-
-/// The marker's file name inside a root.
-pub const MARKER: &str = "cleanroom-root.json";
+pub use cleanroom::marker::MARKER_FILE as MARKER;
+pub use cleanroom::root::LAYOUT_DIRS as LAYOUT;
 
 pub use crate::common::{is_root, NOBODY};
 
