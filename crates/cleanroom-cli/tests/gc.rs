@@ -871,3 +871,52 @@ fn hundreds_of_stale_roots_are_all_reclaimed_under_a_low_descriptor_limit() {
     assert_eq!(summary["removed"], n, "{summary}");
     assert_eq!(sandbox.names(), Vec::<String>::new());
 }
+
+#[test]
+fn a_cgroup_path_forged_into_a_marker_is_never_followed() {
+    // The marker lives inside the run's own root, so the run may rewrite it: gc must treat its
+    // `cgroup` as a claim, and write `cgroup.kill` only in a real cgroup v2 directory named
+    // after the run below the cgroup2 mount, reached without symlinks or `..`.
+    let sandbox = Sandbox::new();
+    let victim = sandbox.outside("victim");
+    fs::create_dir_all(victim.join("cgdir")).unwrap();
+    let precious = victim.join("precious.txt");
+    fs::write(&precious, "precious data").unwrap();
+    std::os::unix::fs::symlink(&precious, victim.join("cgdir/cgroup.kill")).unwrap();
+    std::os::unix::fs::symlink(&precious, victim.join("cgdir/cgroup.procs")).unwrap();
+    let mount = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.contains(" - cgroup2 "))
+        .and_then(|l| l.split_whitespace().nth(4).map(std::path::PathBuf::from));
+    let mut forged: Vec<Box<dyn Fn(&str) -> std::path::PathBuf>> = Vec::new();
+    // A symlink named like the run's cgroup, pointing at the fake cgroup directory.
+    let v = victim.clone();
+    forged.push(Box::new(move |id| {
+        let link = v.join(format!("cleanroom-{id}"));
+        std::os::unix::fs::symlink(v.join("cgdir"), &link).unwrap();
+        link
+    }));
+    if let Some(mount) = mount {
+        // A path that starts at the cgroup2 mount and climbs out of it with `..`.
+        let v = victim.clone();
+        forged.push(Box::new(move |id| {
+            let target = v.join(format!("cleanroom-{id}"));
+            std::os::unix::fs::symlink(v.join("cgdir"), &target).unwrap();
+            let mut path = mount.clone();
+            for _ in mount.components().skip(1) {
+                path.push("..");
+            }
+            path.join(target.strip_prefix("/").unwrap())
+        }));
+    }
+    for make in forged {
+        let mut spec = RootSpec::stale(&sandbox);
+        spec.cgroup = Some(make(&spec.run_id).display().to_string());
+        let root = spec.create(&sandbox);
+        let (summary, status) = sandbox.gc_json(&[]);
+        assert_eq!(status, 0, "{summary}");
+        assert!(!root.exists(), "the stale root itself is still reclaimed");
+        assert_eq!(fs::read_to_string(&precious).unwrap(), "precious data");
+    }
+}

@@ -405,6 +405,8 @@ pub struct RootSpec {
     pub version: u32,
     /// Small files written into `home/` and `tmp/`.
     pub files: usize,
+    /// The marker's `cgroup` (what a run could have forged into its own marker).
+    pub cgroup: Option<String>,
 }
 
 impl RootSpec {
@@ -418,6 +420,7 @@ impl RootSpec {
             keep: false,
             version: 1,
             files: 3,
+            cgroup: None,
         }
     }
 
@@ -452,7 +455,7 @@ impl RootSpec {
             "created_unix_ms": created,
             "command": ["sh", "-c", "test-made root"],
             "keep": self.keep,
-            "cgroup": null,
+            "cgroup": self.cgroup,
         })
         .to_string()
             + "\n"

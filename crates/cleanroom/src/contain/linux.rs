@@ -9,11 +9,11 @@ use std::fs;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 use crate::error::IoContext;
 use crate::process::{self, ProcessInfo};
@@ -39,27 +39,34 @@ pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) {
     }
 }
 
-/// The cgroup v2 directory this process lives in, if cgroup2 is mounted.
-pub fn cgroup_root() -> Result<PathBuf> {
-    let unsupported = |reason: String| Error::Unsupported {
-        what: "cgroup v2",
-        reason,
-    };
+/// Where the cgroup2 filesystem is mounted (from `/proc/self/mountinfo`; never hard-coded).
+fn cgroup2_mount() -> Result<PathBuf> {
     let mountinfo =
         fs::read_to_string("/proc/self/mountinfo").at("read", "/proc/self/mountinfo")?;
-    let mount = mountinfo
+    mountinfo
         .lines()
         .find_map(|line| {
             let (left, right) = line.split_once(" - ")?;
             let fstype = right.split_whitespace().next()?;
             (fstype == "cgroup2").then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
         })
-        .ok_or_else(|| unsupported("no cgroup2 filesystem is mounted".into()))?;
+        .ok_or_else(|| Error::Unsupported {
+            what: "cgroup v2",
+            reason: "no cgroup2 filesystem is mounted".into(),
+        })
+}
+
+/// The cgroup v2 directory this process lives in, if cgroup2 is mounted.
+pub fn cgroup_root() -> Result<PathBuf> {
+    let mount = cgroup2_mount()?;
     let own = fs::read_to_string("/proc/self/cgroup").at("read", "/proc/self/cgroup")?;
     let relative = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
-        .ok_or_else(|| unsupported("this process has no cgroup v2 membership".into()))?;
+        .ok_or_else(|| Error::Unsupported {
+            what: "cgroup v2",
+            reason: "this process has no cgroup v2 membership".into(),
+        })?;
     Ok(mount.join(relative.trim_start_matches('/')))
 }
 
@@ -179,27 +186,84 @@ fn cgroup_members(path: &Path) -> Vec<ProcessInfo> {
     out
 }
 
-/// Kills everything in a dead run's cgroup and removes it. Only a directory named after the run,
-/// directly below a cgroup2 mount path we can see, is touched.
-pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
+/// `statfs` magic of the cgroup v2 filesystem.
+const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+
+/// Opens the cgroup a dead run's marker recorded, and its parent — but only a cgroup v2
+/// directory named `cleanroom-<run id>` below the cgroup2 mount, reached from the mount without
+/// `..`, symlinks or magic links. The marker lives inside the run's own root, so the run could
+/// have rewritten it: the path is a claim to verify, never a place to go.
+fn open_recorded_cgroup(path: &Path, run_id: &str) -> Option<(OwnedFd, OwnedFd)> {
+    let mount = cgroup2_mount().ok()?;
+    let relative = path.strip_prefix(&mount).ok()?;
+    let plain = relative
+        .components()
+        .all(|c| matches!(c, Component::Normal(_)));
     let expected = format!("cleanroom-{run_id}");
-    if path.file_name().and_then(|n| n.to_str()) != Some(expected.as_str())
-        || !path.join("cgroup.kill").exists()
-    {
-        return Vec::new();
+    if !plain || relative.file_name()? != expected.as_str() {
+        return None;
     }
-    let members = cgroup_members(path);
-    if let Ok(mut f) = fs::OpenOptions::new()
-        .write(true)
-        .open(path.join("cgroup.kill"))
-    {
-        let _ = f.write_all(b"1");
+    let mount_fd = rustix::fs::open(
+        &mount,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir = rustix::fs::openat2(&mount_fd, relative, flags, Mode::empty(), resolve).ok()?;
+    let parent = match relative.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(p) => rustix::fs::openat2(&mount_fd, p, flags, Mode::empty(), resolve).ok()?,
+        None => rustix::fs::openat(&mount_fd, c".", flags, Mode::empty()).ok()?,
+    };
+    let is_cgroup2 = |fd: &OwnedFd| {
+        rustix::fs::fstatfs(fd).is_ok_and(|st| st.f_type as u64 == CGROUP2_SUPER_MAGIC)
+    };
+    (is_cgroup2(&dir) && is_cgroup2(&parent)).then_some((parent, dir))
+}
+
+/// Reads a small control file of an open cgroup directory (never following a symlink).
+fn read_control(dir: &OwnedFd, name: &str) -> Option<String> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut fs::File::from(fd), &mut text).ok()?;
+    Some(text)
+}
+
+/// Kills everything in a dead run's recorded cgroup and removes it; see
+/// [`open_recorded_cgroup`] for what is accepted. Returns the processes that were in it.
+pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
+    let Some((parent, dir)) = open_recorded_cgroup(path, run_id) else {
+        return Vec::new();
+    };
+    let members: Vec<ProcessInfo> = read_control(&dir, "cgroup.procs")
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .filter_map(process::info)
+        .collect();
+    if let Ok(fd) = rustix::fs::openat(
+        &dir,
+        "cgroup.kill",
+        OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        let _ = rustix::io::write(&fd, b"1");
     }
     let deadline = Instant::now() + Duration::from_secs(2);
-    while !cgroup_members(path).is_empty() && Instant::now() < deadline {
+    while read_control(&dir, "cgroup.events").is_some_and(|e| e.contains("populated 1"))
+        && Instant::now() < deadline
+    {
         reap_orphans(&|_| false);
         std::thread::sleep(Duration::from_millis(2));
     }
-    let _ = fs::remove_dir(path);
+    let name = path.file_name().expect("checked in open_recorded_cgroup");
+    let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
     members
 }
