@@ -889,7 +889,8 @@ fn a_cgroup_path_forged_into_a_marker_is_never_followed() {
         .lines()
         .find(|l| l.contains(" - cgroup2 "))
         .and_then(|l| l.split_whitespace().nth(4).map(std::path::PathBuf::from));
-    let mut forged: Vec<Box<dyn Fn(&str) -> std::path::PathBuf>> = Vec::new();
+    type Forge = Box<dyn Fn(&str) -> std::path::PathBuf>;
+    let mut forged: Vec<Forge> = Vec::new();
     // A symlink named like the run's cgroup, pointing at the fake cgroup directory.
     let v = victim.clone();
     forged.push(Box::new(move |id| {

@@ -611,3 +611,21 @@ fn a_broken_stderr_neither_strands_the_root_nor_changes_the_status() {
     }
     sandbox.assert_no_survivors(&["leak"]);
 }
+
+#[test]
+fn a_runner_started_with_sigchld_ignored_still_sees_the_command_exit() {
+    // An ignored SIGCHLD survives exec and makes the kernel reap children itself; the runner
+    // must take the default action back or it never learns how the command ended (and hangs).
+    let sandbox = Sandbox::new("sigchld-ignored");
+    let (mut cmd, report) = sandbox.run_command(&[], &["sh", "-c", "exit 7"]);
+    // SAFETY: signal(2) is async-signal-safe; it only changes this child's disposition.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let run = sandbox.finish(cmd, &report);
+    run.assert_status(7);
+    sandbox.assert_namespace_empty();
+}

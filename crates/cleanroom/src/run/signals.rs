@@ -20,6 +20,7 @@ pub const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGH
 pub struct RunnerSignals {
     fd: OwnedFd,
     previous: libc::sigset_t,
+    previous_sigchld: libc::sigaction,
 }
 
 /// What the runner was told.
@@ -34,8 +35,17 @@ pub enum Received {
 impl RunnerSignals {
     /// Blocks the runner's signals in the calling thread and opens a signalfd for them.
     pub fn block() -> Result<RunnerSignals> {
-        // SAFETY: sigset_t is plain data; the libc calls only fill and read the local sets.
+        // SAFETY: sigset_t and sigaction are plain data; the libc calls only fill and read the
+        // local values.
         unsafe {
+            // A runner started with SIGCHLD ignored would have its children reaped by the
+            // kernel and never learn how the command ended: take the default action back.
+            let mut default: libc::sigaction = std::mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            let mut previous_sigchld: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGCHLD, &default, &mut previous_sigchld) != 0 {
+                return Err(Error::sys("reset SIGCHLD", std::io::Error::last_os_error()));
+            }
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
             for sig in FORWARDED.iter().chain([libc::SIGCHLD].iter()) {
@@ -53,11 +63,13 @@ impl RunnerSignals {
             if fd < 0 {
                 let err = std::io::Error::last_os_error();
                 libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+                libc::sigaction(libc::SIGCHLD, &previous_sigchld, std::ptr::null_mut());
                 return Err(Error::sys("open signalfd", err));
             }
             Ok(RunnerSignals {
                 fd: OwnedFd::from_raw_fd(fd),
                 previous,
+                previous_sigchld,
             })
         }
     }
@@ -125,8 +137,9 @@ impl RunnerSignals {
 
 impl Drop for RunnerSignals {
     fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `block`.
+        // SAFETY: restores the mask and SIGCHLD action saved in `block`.
         unsafe {
+            libc::sigaction(libc::SIGCHLD, &self.previous_sigchld, std::ptr::null_mut());
             libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
         }
     }
