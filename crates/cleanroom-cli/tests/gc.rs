@@ -921,3 +921,46 @@ fn a_cgroup_path_forged_into_a_marker_is_never_followed() {
         assert_eq!(fs::read_to_string(&precious).unwrap(), "precious data");
     }
 }
+
+#[test]
+fn a_root_that_cannot_be_emptied_keeps_its_marker_for_the_next_gc() {
+    // Something outside the run (no CLEANROOM_RUN_ID, so gc does not kill it) keeps creating
+    // entries at the top of a stale root, so the final rmdir keeps failing. The leftover must
+    // keep its marker: without it, no later gc could ever prove it is ours. The writer wins the
+    // race almost always; the scenario is repeated until it does (a removal that succeeds
+    // proves nothing here).
+    let sandbox = Sandbox::new();
+    for _ in 0..10 {
+        let spec = RootSpec::stale(&sandbox);
+        let root = spec.create(&sandbox);
+        let mut writer = std::process::Command::new("perl")
+            // Eight names, recreated as fast as the walk removes them: never more than 8 inodes.
+            .args(["-e", "while (1) { mkdir \"d$_\" for 0 .. 7 }"])
+            .current_dir(&root)
+            .spawn()
+            .unwrap();
+        assert!(wait_until(Duration::from_secs(10), || root
+            .join("d7")
+            .exists()));
+        let (summary, status) = sandbox.gc_json(&[]);
+        writer.kill().unwrap();
+        writer.wait().unwrap();
+        if status == 0 {
+            assert!(!root.exists(), "{summary}");
+            continue;
+        }
+        assert_eq!(status, 1, "{summary}");
+        let trash = format!(".trash-{}", spec.name());
+        let leftover = sandbox.ns.join(&trash);
+        assert!(
+            leftover.join(MARKER).is_file(),
+            "the leftover lost its marker: {summary}"
+        );
+        assert_eq!(sandbox.state_of(&trash).0, "leftover");
+        let (summary, status) = sandbox.gc_json(&[]);
+        assert_eq!(status, 0, "{summary}");
+        assert!(!leftover.exists());
+        return;
+    }
+    panic!("the writer never kept the root from being removed in 10 tries");
+}

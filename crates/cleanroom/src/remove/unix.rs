@@ -82,13 +82,52 @@ pub(super) fn quarantine(
 }
 
 /// Removes the marker and then the (now empty) quarantined root itself.
+///
+/// If the directory cannot be removed after all (something still writes into it), the marker is
+/// put back, so the leftover keeps its proof of ownership and the next gc can finish it.
 pub(super) fn finish(ns: &Namespace, trash: &str, held: &OwnedFd) -> Result<(), String> {
+    let marker = read_marker_bytes(held);
     match rustix::fs::unlinkat(held, MARKER_FILE, AtFlags::empty()) {
         Ok(()) | Err(Errno::NOENT) => {}
         Err(e) => return Err(format!("{MARKER_FILE}: {e}")),
     }
-    rustix::fs::unlinkat(ns.dir(), trash, AtFlags::REMOVEDIR)
-        .map_err(|e| format!("{}: {e}", ns.path().join(trash).display()))
+    let removed = rustix::fs::unlinkat(ns.dir(), trash, AtFlags::REMOVEDIR);
+    if let (Err(_), Some(bytes)) = (&removed, &marker) {
+        restore_marker(held, bytes);
+    }
+    removed.map_err(|e| format!("{}: {e}", ns.path().join(trash).display()))
+}
+
+/// The marker's bytes, read without following a symlink (`None` when absent or unreadable).
+fn read_marker_bytes(dir: &OwnedFd) -> Option<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        dir,
+        MARKER_FILE,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::from(fd), crate::marker::MAX_MARKER_BYTES),
+        &mut bytes,
+    )
+    .ok()?;
+    Some(bytes)
+}
+
+/// Writes the marker back (never replacing anything), as [`crate::marker::Marker::write`] does.
+fn restore_marker(dir: &OwnedFd, bytes: &[u8]) {
+    let Ok(fd) = rustix::fs::openat(
+        dir,
+        MARKER_FILE,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::RUSR | Mode::WUSR,
+    ) else {
+        return;
+    };
+    let mut file = std::fs::File::from(fd);
+    let _ = std::io::Write::write_all(&mut file, bytes).and_then(|()| file.sync_data());
 }
 
 struct Frame {
