@@ -923,6 +923,7 @@ fn a_cgroup_path_forged_into_a_marker_is_never_followed() {
 }
 
 #[test]
+#[ignore = "timing-dependent (a writer must win a race against the walk); run with --ignored"]
 fn a_root_that_cannot_be_emptied_keeps_its_marker_for_the_next_gc() {
     // Something outside the run (no CLEANROOM_RUN_ID, so gc does not kill it) keeps creating
     // entries at the top of a stale root, so the final rmdir keeps failing. The leftover must

@@ -85,20 +85,21 @@ impl Membership {
     /// The living members now.
     pub fn current(&self) -> Vec<ProcessInfo> {
         let server = std::process::id() as i32;
-        let main_alive = ProcessId::of(self.main.pid) == Some(self.main);
-        let mut pids: Vec<i32> = Vec::new();
-        if main_alive {
-            pids.push(self.main.pid);
-            pids.extend(process::descendants(self.main.pid));
+        let mut ids: Vec<ProcessId> = Vec::new();
+        if process::still_alive(self.main) {
+            ids.push(self.main);
+            ids.extend(process::descendants(self.main.pid));
         }
-        for pid in process::descendants(server) {
-            if !pids.contains(&pid)
-                && (process::environ_has(pid, &self.env_entry) || self.holds_output(pid))
+        for id in process::descendants(server) {
+            // Checked by pid, then confirmed by identity: a pid reused meanwhile is not adopted.
+            if !ids.contains(&id)
+                && (process::environ_has(id.pid, &self.env_entry) || self.holds_output(id.pid))
+                && process::still_alive(id)
             {
-                pids.push(pid);
+                ids.push(id);
             }
         }
-        pids.into_iter().filter_map(process::info).collect()
+        ids.into_iter().map(process::describe).collect()
     }
 
     fn holds_output(&self, pid: i32) -> bool {

@@ -224,19 +224,46 @@ pub fn children(pid: i32) -> Vec<i32> {
 }
 
 /// Every living descendant of `pid` (children, their children, ...), zombies excluded.
-pub fn descendants(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let mut stack = children(pid);
-    while let Some(p) = stack.pop() {
-        if out.contains(&p) {
+///
+/// Each is named by the start time read together with its parent pid from one read of its
+/// `stat`, and kept only if that parent is the process it was listed under: a pid that exited
+/// and was reused by an unrelated process between the listing and the read is not adopted.
+pub fn descendants(pid: i32) -> Vec<ProcessId> {
+    let mut out: Vec<ProcessId> = Vec::new();
+    let mut stack: Vec<(i32, i32)> = children(pid).into_iter().map(|c| (pid, c)).collect();
+    while let Some((parent, p)) = stack.pop() {
+        if out.iter().any(|d| d.pid == p) {
             continue;
         }
-        stack.extend(children(p));
-        if !is_dead_or_zombie(p) {
-            out.push(p);
+        let Ok(fields) = stat_fields(p) else { continue };
+        let ppid = fields.get(1).and_then(|f| f.parse::<i32>().ok());
+        let start = fields.get(19).and_then(|f| f.parse::<u64>().ok());
+        let zombie = fields.first().is_some_and(|s| s == "Z" || s == "X");
+        let (Some(ppid), Some(start_time)) = (ppid, start) else {
+            continue;
+        };
+        if ppid != parent {
+            continue;
+        }
+        stack.extend(children(p).into_iter().map(|c| (p, c)));
+        if !zombie {
+            out.push(ProcessId { pid: p, start_time });
         }
     }
     out
+}
+
+/// `ProcessInfo` for a process already identified (its command line read now).
+pub fn describe(id: ProcessId) -> ProcessInfo {
+    ProcessInfo {
+        id,
+        command: command_line(id.pid),
+    }
+}
+
+/// Whether `id` still names a living process (same pid, same start time).
+pub fn still_alive(id: ProcessId) -> bool {
+    ProcessId::of(id.pid) == Some(id) && !is_dead_or_zombie(id.pid)
 }
 
 /// The real uid of `pid`.
@@ -267,11 +294,15 @@ pub fn all_pids() -> Vec<i32> {
 pub fn with_env_entry(name: &str, value: &str, uid: u32) -> Vec<ProcessInfo> {
     let needle = format!("{name}={value}");
     let me = std::process::id() as i32;
+    // The identity is read before the uid and environment are checked and confirmed after, so
+    // the process that passed the checks is the one that will be named (and maybe signalled).
     all_pids()
         .into_iter()
-        .filter(|&pid| pid != me && real_uid(pid) == Some(uid))
-        .filter(|&pid| environ_has(pid, needle.as_bytes()))
-        .filter_map(info)
+        .filter(|&pid| pid != me)
+        .filter_map(ProcessId::of)
+        .filter(|id| real_uid(id.pid) == Some(uid) && environ_has(id.pid, needle.as_bytes()))
+        .filter(|&id| still_alive(id))
+        .map(describe)
         .collect()
 }
 

@@ -163,7 +163,22 @@ fn is_root_cgroup(path: &Path) -> bool {
 }
 
 /// Living processes of the cgroup at `path` and of every cgroup below it.
+///
+/// A listed pid is named by its start time and kept only if, read after that, its own
+/// `/proc/<pid>/cgroup` still places it in this cgroup (and the start time is unchanged): a pid
+/// that exited and was reused between the listing and the read is not adopted.
 fn cgroup_members(path: &Path) -> Vec<ProcessInfo> {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return Vec::new();
+    };
+    let needle = format!("/{name}");
+    let inside = |id: &process::ProcessId| {
+        fs::read_to_string(format!("/proc/{}/cgroup", id.pid)).is_ok_and(|text| {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("0::"))
+                .any(|p| p.ends_with(&needle) || p.contains(&format!("{needle}/")))
+        })
+    };
     let mut out = Vec::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -171,7 +186,9 @@ fn cgroup_members(path: &Path) -> Vec<ProcessInfo> {
             out.extend(
                 text.split_whitespace()
                     .filter_map(|p| p.parse().ok())
-                    .filter_map(process::info),
+                    .filter_map(process::ProcessId::of)
+                    .filter(|id| inside(id) && process::still_alive(*id))
+                    .map(process::describe),
             );
         }
         if let Ok(entries) = fs::read_dir(&dir) {

@@ -128,7 +128,7 @@ impl Container {
             Some(cgroup) => cgroup.members(),
             None => process::descendants(std::process::id() as i32)
                 .into_iter()
-                .filter_map(process::info)
+                .map(process::describe)
                 .collect(),
         }
     }

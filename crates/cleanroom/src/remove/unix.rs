@@ -7,7 +7,7 @@
 //! closed is reopened through `..` of its child and must have the inode it had before.
 
 use std::ffi::{CStr, CString, OsStr};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -28,7 +28,7 @@ struct Identity {
     ino: u64,
 }
 
-fn identity_of_fd(fd: BorrowedFd<'_>) -> Result<(Identity, u64, u32), Errno> {
+fn identity_of_fd(fd: BorrowedFd<'_>) -> Result<(Identity, Option<u64>, u32), Errno> {
     let stx = rustix::fs::statx(
         fd,
         c"",
@@ -36,14 +36,34 @@ fn identity_of_fd(fd: BorrowedFd<'_>) -> Result<(Identity, u64, u32), Errno> {
         StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::INO | StatxFlags::MNT_ID,
     )?;
     let dev = rustix::fs::makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    // Kernels before 5.8 do not fill the mount id (and leave it 0): ask fdinfo instead.
+    let mnt = if StatxFlags::from_bits_retain(stx.stx_mask).contains(StatxFlags::MNT_ID) {
+        Some(stx.stx_mnt_id)
+    } else {
+        fdinfo_mnt_id(fd)
+    };
     Ok((
         Identity {
             dev,
             ino: stx.stx_ino,
         },
-        stx.stx_mnt_id,
+        mnt,
         u32::from(stx.stx_mode),
     ))
+}
+
+/// The `mnt_id:` line of `/proc/self/fdinfo/<fd>`.
+fn fdinfo_mnt_id(fd: BorrowedFd<'_>) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether two mount ids are known and equal: an unknown mount id counts as another mount, so
+/// the walk never enters what it cannot prove is on the same mount.
+fn same_mount(a: Option<u64>, b: Option<u64>) -> bool {
+    matches!((a, b), (Some(x), Some(y)) if x == y)
 }
 
 /// Renames `name` to `trash` inside the namespace, checking that both names denote `held`.
@@ -275,7 +295,7 @@ pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
                 continue;
             }
         };
-        if identity.dev != top_identity.dev || mnt != top_mnt {
+        if identity.dev != top_identity.dev || !same_mount(mnt, top_mnt) {
             stats.mounts.push(path_of(display, &stack, &name));
             continue;
         }
@@ -344,7 +364,7 @@ fn open_dir_for_removal(parent: BorrowedFd<'_>, name: &CStr) -> Result<Option<Ow
             // other device or mount id and reports the mount without entering it.
             let (parent_id, parent_mnt, _) = identity_of_fd(parent)?;
             let (here_id, here_mnt, _) = identity_of_fd(path_fd.as_fd())?;
-            if here_id.dev != parent_id.dev || here_mnt != parent_mnt {
+            if here_id.dev != parent_id.dev || !same_mount(here_mnt, parent_mnt) {
                 return Ok(Some(path_fd));
             }
             let st = rustix::fs::fstat(&path_fd)?;
