@@ -244,9 +244,7 @@ fn probe_landlock() -> LandlockCheck {
 }
 
 fn probe_cgroup() -> CgroupCheck {
-    let mount = std::fs::read_to_string("/proc/self/mountinfo")
-        .ok()
-        .and_then(|text| cgroup2_mount(&text));
+    let mount = crate::contain::cgroup2_mount().ok();
     let own = std::fs::read_to_string("/proc/self/cgroup")
         .ok()
         .and_then(|text| {
@@ -303,44 +301,6 @@ fn probe_cgroup() -> CgroupCheck {
         can_create,
         detail,
     }
-}
-
-/// The mount point of the first cgroup2 filesystem in a mountinfo text.
-fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|line| {
-        let (before, after) = line.split_once(" - ")?;
-        if after.split(' ').next()? != "cgroup2" {
-            return None;
-        }
-        before
-            .split(' ')
-            .nth(4)
-            .map(|p| PathBuf::from(unescape_mountinfo(p)))
-    })
-}
-
-/// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo field.
-fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let value =
-                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(value);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn yes_no(check: &Check) -> &'static str {
@@ -403,24 +363,5 @@ impl fmt::Display for DoctorReport {
             writeln!(f, "  {name:<19} {}: {}", decision.choice, decision.reason)?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cgroup2_mount_is_found_in_mountinfo_and_unescaped() {
-        let text = "25 1 0:22 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
-                    30 25 0:27 / /sys/fs/cgroup/my\\040unified rw,nosuid - cgroup2 cgroup2 rw\n";
-        assert_eq!(
-            cgroup2_mount(text),
-            Some(PathBuf::from("/sys/fs/cgroup/my unified"))
-        );
-        assert_eq!(
-            cgroup2_mount("25 1 0:22 / /x rw - ext4 /dev/vda rw\n"),
-            None
-        );
     }
 }

@@ -40,20 +40,51 @@ pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) {
 }
 
 /// Where the cgroup2 filesystem is mounted (from `/proc/self/mountinfo`; never hard-coded).
-fn cgroup2_mount() -> Result<PathBuf> {
+pub fn cgroup2_mount() -> Result<PathBuf> {
     let mountinfo =
         fs::read_to_string("/proc/self/mountinfo").at("read", "/proc/self/mountinfo")?;
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let fstype = right.split_whitespace().next()?;
-            (fstype == "cgroup2").then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .ok_or_else(|| Error::Unsupported {
-            what: "cgroup v2",
-            reason: "no cgroup2 filesystem is mounted".into(),
-        })
+    cgroup2_mount_in(&mountinfo).ok_or_else(|| Error::Unsupported {
+        what: "cgroup v2",
+        reason: "no cgroup2 filesystem is mounted".into(),
+    })
+}
+
+/// The mount point of the first cgroup2 filesystem in a mountinfo text.
+fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        if after.split(' ').next()? != "cgroup2" {
+            return None;
+        }
+        before
+            .split(' ')
+            .nth(4)
+            .map(|p| PathBuf::from(unescape_mountinfo(p)))
+    })
+}
+
+/// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo field.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let value =
+                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(value);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The cgroup v2 directory this process lives in, if cgroup2 is mounted.
@@ -283,4 +314,23 @@ pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
     let name = path.file_name().expect("checked in open_recorded_cgroup");
     let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
     members
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup2_mount_is_found_in_mountinfo_and_unescaped() {
+        let text = "25 1 0:22 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+                    30 25 0:27 / /sys/fs/cgroup/my\\040unified rw,nosuid - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount_in(text),
+            Some(PathBuf::from("/sys/fs/cgroup/my unified"))
+        );
+        assert_eq!(
+            cgroup2_mount_in("25 1 0:22 / /x rw - ext4 /dev/vda rw\n"),
+            None
+        );
+    }
 }
