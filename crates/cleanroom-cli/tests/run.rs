@@ -629,3 +629,29 @@ fn a_runner_started_with_sigchld_ignored_still_sees_the_command_exit() {
     run.assert_status(7);
     sandbox.assert_namespace_empty();
 }
+
+#[test]
+fn a_runner_started_with_int_ignored_gives_the_command_default_signals() {
+    // A shell starts background jobs with INT and QUIT ignored; a command inheriting that could
+    // never be interrupted through the runner. It starts with no signal ignored or blocked.
+    let sandbox = Sandbox::new("sigint-ignored");
+    let (mut cmd, report) =
+        sandbox.run_command(&[], &["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]);
+    // SAFETY: signal(2) is async-signal-safe; it only changes this child's dispositions.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let run = sandbox.finish(cmd, &report);
+    run.assert_status(0);
+    let mask = |name: &str| {
+        let line = run.stdout.lines().find(|l| l.starts_with(name)).unwrap();
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    assert_eq!(mask("SigBlk:"), 0, "{}", run.stdout);
+    let int_or_quit = (1 << (libc::SIGINT - 1)) | (1 << (libc::SIGQUIT - 1));
+    assert_eq!(mask("SigIgn:") & int_or_quit, 0, "{}", run.stdout);
+}

@@ -182,27 +182,9 @@ impl Process {
             command.arg0(arg0);
         }
         container.configure(command.as_std_mut());
-        // SAFETY: runs between fork and exec and makes only raw, async-signal-safe calls
-        // (signal, sigemptyset, pthread_sigmask on a stack set): the child starts with default
-        // dispositions and no blocked signals, whatever the server's parent ignored or blocked
-        // (a command started with TERM blocked or INT ignored could never be asked to stop).
-        unsafe {
-            command.pre_exec(|| {
-                for signal in 1..32 {
-                    if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                        libc::signal(signal, libc::SIG_DFL);
-                    }
-                }
-                let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-                libc::sigemptyset(empty.as_mut_ptr());
-                if libc::pthread_sigmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut())
-                    != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // Default dispositions and no blocked signal, whatever the server's parent ignored or
+        // blocked (a command started with TERM blocked or INT ignored could never be stopped).
+        cleanroom::contain::reset_signals_on_exec(command.as_std_mut());
         let terminal = if spec.tty {
             let master = pty::attach(&mut command)
                 .map_err(|e| RpcError::internal(format!("cannot open a terminal: {e}")))?;

@@ -25,6 +25,30 @@ pub fn set_subreaper() -> Result<()> {
         .map_err(|e| Error::sys("become a child subreaper", e))
 }
 
+/// Makes `command` start with default signal dispositions and no blocked signal, whatever the
+/// spawner inherited: a runner blocks the signals it reads through a signalfd, and a shell
+/// starts background jobs with INT and QUIT ignored; a command started like that could never be
+/// asked to stop. Register it before any other `pre_exec` hook that saves and restores the mask.
+pub fn reset_signals_on_exec(command: &mut Command) {
+    // SAFETY: runs between fork and exec and makes only async-signal-safe calls (signal,
+    // sigemptyset, pthread_sigmask) on a set on the stack.
+    unsafe {
+        command.pre_exec(|| {
+            for signal in 1..32 {
+                if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                    libc::signal(signal, libc::SIG_DFL);
+                }
+            }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            match libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) {
+                0 => Ok(()),
+                rc => Err(std::io::Error::from_raw_os_error(rc)),
+            }
+        });
+    }
+}
+
 /// Reaps exited children of this process that `keep` does not claim (for processes that share
 /// their children with a runtime such as tokio, which must reap its own).
 pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) {

@@ -31,7 +31,10 @@ use serde::Serialize;
 use crate::process::{self, ProcessInfo};
 use crate::Result;
 
-pub use os::{cgroup2_mount, cgroup_root, kill_cgroup_path, reap_orphans, set_subreaper};
+pub use os::{
+    cgroup2_mount, cgroup_root, kill_cgroup_path, reap_orphans, reset_signals_on_exec,
+    set_subreaper,
+};
 
 /// What the caller asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

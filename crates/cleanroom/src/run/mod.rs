@@ -218,7 +218,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         .args(&config.command[1..])
         .env_clear()
         .envs(&child_env.vars);
-    signals.configure(&mut command);
+    crate::contain::reset_signals_on_exec(&mut command);
     // SAFETY: setpgid(0, 0) is async-signal-safe and touches no memory.
     unsafe {
         command.pre_exec(|| {

@@ -3,12 +3,10 @@
 //!
 //! Invariant: the mask is restored when [`RunnerSignals`] is dropped; children start with an empty
 //! mask. The standard library does not reset the mask between fork and exec (the child of a
-//! blocked runner would otherwise never see the TERM of a timeout or a forwarded Ctrl-C), so
-//! [`RunnerSignals::configure`] empties it in `pre_exec`.
+//! blocked runner would otherwise never see the TERM of a timeout or a forwarded Ctrl-C), so the
+//! run installs `contain::reset_signals_on_exec`.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::time::Duration;
 
 use crate::{Error, Result};
@@ -71,23 +69,6 @@ impl RunnerSignals {
                 previous,
                 previous_sigchld,
             })
-        }
-    }
-
-    /// Makes `command` start with no signal blocked: register it before any other `pre_exec`
-    /// hook that saves and restores the mask.
-    pub fn configure(&self, command: &mut Command) {
-        // SAFETY: runs between fork and exec; sigemptyset and pthread_sigmask are
-        // async-signal-safe and only touch a set on the stack.
-        unsafe {
-            command.pre_exec(|| {
-                let mut empty: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut empty);
-                match libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) {
-                    0 => Ok(()),
-                    rc => Err(std::io::Error::from_raw_os_error(rc)),
-                }
-            });
         }
     }
 
