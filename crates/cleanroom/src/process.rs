@@ -306,13 +306,15 @@ pub fn with_env_entry(name: &str, value: &str, uid: u32) -> Vec<ProcessInfo> {
         .collect()
 }
 
-/// Whether `/proc/<pid>/environ` has exactly the entry `needle`.
+/// The raw environment of `pid` (`NAME=value` entries separated by NUL), or `None` when it
+/// cannot be read. Every membership test by environment goes through here.
+pub fn environ(pid: i32) -> Option<Vec<u8>> {
+    fs::read(Path::new(&format!("/proc/{pid}/environ"))).ok()
+}
+
+/// Whether the environment of `pid` has exactly the entry `needle`.
 pub fn environ_has(pid: i32, needle: &[u8]) -> bool {
-    let path = format!("/proc/{pid}/environ");
-    match fs::read(Path::new(&path)) {
-        Ok(env) => env.split(|&b| b == 0).any(|entry| entry == needle),
-        Err(_) => false,
-    }
+    environ(pid).is_some_and(|env| env.split(|&b| b == 0).any(|entry| entry == needle))
 }
 
 #[cfg(test)]

@@ -518,7 +518,7 @@ fn tagged_processes(uid: u32) -> HashMap<String, Vec<i32>> {
         if pid == me || process::real_uid(pid) != Some(uid) {
             continue;
         }
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        let Some(environ) = process::environ(pid) else {
             continue;
         };
         for var in environ.split(|&b| b == 0) {
