@@ -121,9 +121,6 @@ pub const TOOLCHAIN_HOMES: &[ToolchainDefault] = &[
     },
 ];
 
-/// Secret-looking name fragments dropped by `--drop-secrets` (case-insensitive).
-pub const SECRET_PATTERNS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD"];
-
 /// Options for building the environment.
 #[derive(Clone, Debug, Default)]
 pub struct EnvOptions {
@@ -187,11 +184,6 @@ pub fn homes_needed(host: &BTreeMap<OsString, OsString>, pins: &[String]) -> Vec
     homes.sort();
     homes.dedup();
     homes
-}
-
-fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    !upper.starts_with("CLEANROOM_") && SECRET_PATTERNS.iter().any(|p| upper.contains(p))
 }
 
 /// Builds the child's environment from the host's.
@@ -262,9 +254,10 @@ pub fn build(
     vars.insert(RUN_ID_VAR.into(), run_id.into());
     let mut dropped = Vec::new();
     if options.drop_secrets {
-        vars.retain(|name, _| {
+        vars.retain(|name, value| {
             let name = name.to_string_lossy();
-            let drop = is_secret_name(&name) && !options.keep.iter().any(|k| k == &*name);
+            let drop = crate::secrets::looks_secret(&name, &value.to_string_lossy())
+                && !options.keep.iter().any(|k| k == &*name);
             if drop {
                 dropped.push(name.into_owned());
             }

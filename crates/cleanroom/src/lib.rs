@@ -12,7 +12,8 @@
 //! - [`doctor`]: what this machine allows, and which containment and protection `run` uses;
 //! - [`remove`]: fd-relative, symlink-proof, mount-aware removal of a root;
 //! - [`reclaim`]: `gc` and `list`, reclaiming stale roots only on proof of death;
-//! - [`report`]: the versioned JSON report of a run.
+//! - [`report`]: the versioned JSON report of a run;
+//! - [`secrets`]: which environment variables look like credentials.
 #![deny(missing_docs)]
 #![cfg(target_os = "linux")]
 
@@ -31,6 +32,7 @@ pub mod remove;
 pub mod report;
 pub mod root;
 pub mod run;
+pub mod secrets;
 
 pub use duration::parse_duration;
 pub use error::{Error, Result};
