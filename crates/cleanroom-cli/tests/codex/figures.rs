@@ -129,7 +129,8 @@ fn summary(figures: &Figures) -> String {
     streams.sort_by(f64::total_cmp);
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     format!(
-        "round trip median {:.2} ms, p90 {:.2} ms | stream median {:.0} MiB/s (min {:.0}, max {:.0})",
+        "round trip median {:.2} ms, p90 {:.2} ms | \
+         stream median {:.0} MiB/s (min {:.0}, max {:.0})",
         ms(trips[trips.len() / 2]),
         ms(trips[trips.len() * 9 / 10]),
         streams[streams.len() / 2],

@@ -153,7 +153,8 @@ fn leave() {
         .collect();
     assert!(foreign.is_empty(), "left in /tmp: {foreign:?}");
     if !tmp.is_empty() {
-        println!("isolation: Codex left {tmp:?} in the private /tmp (a literal path in its code, whatever TMPDIR says)");
+        let why = "a literal path in its code, whatever TMPDIR says";
+        println!("isolation: Codex left {tmp:?} in the private /tmp ({why})");
     }
 }
 

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{Sink, SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -131,27 +131,36 @@ async fn relay(
     let (mut to_client, mut from_client) = client.split();
     let (mut to_server, mut from_server) = server.split();
     loop {
-        tokio::select! {
+        let go_on = tokio::select! {
             message = from_client.next() => {
-                let Some(Ok(message)) = message else { break };
-                record(&log, connection, "client", &message);
-                let closing = message.is_close();
-                if to_server.send(message).await.is_err() || closing {
-                    break;
-                }
+                forward(&log, connection, "client", message, &mut to_server).await
             }
             message = from_server.next() => {
-                let Some(Ok(message)) = message else { break };
-                record(&log, connection, "server", &message);
-                let closing = message.is_close();
-                if to_client.send(message).await.is_err() || closing {
-                    break;
-                }
+                forward(&log, connection, "server", message, &mut to_client).await
             }
+        };
+        if !go_on {
+            break;
         }
     }
     let _ = to_client.close().await;
     let _ = to_server.close().await;
+}
+
+/// Records and relays one message; false when the relay is over (end, error or close).
+async fn forward<E>(
+    log: &Mutex<Log>,
+    connection: usize,
+    from: &str,
+    message: Option<Result<Message, E>>,
+    to: &mut (impl Sink<Message> + Unpin),
+) -> bool {
+    let Some(Ok(message)) = message else {
+        return false;
+    };
+    record(log, connection, from, &message);
+    let closing = message.is_close();
+    to.send(message).await.is_ok() && !closing
 }
 
 fn record(log: &Mutex<Log>, connection: usize, from: &str, message: &Message) {

@@ -391,12 +391,9 @@ impl Scenario {
             tokio::select! {
                 request = self.model.next() => return Ok(request),
                 message = self.app.notification() => {
-                    let message = message?;
-                    if message["method"] == "turn/completed" {
-                        let turn = &message["params"]["turn"];
-                        let status = format!("{} {}", turn["status"], turn["error"]);
+                    if let Some(status) = turn_completed(&message?) {
                         self.turn_end = Some(status.clone());
-                        return Err(format!("the turn ended ({status}) before the next model request"));
+                        return Err(format!("the turn ended ({status}) before the next request"));
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
@@ -441,6 +438,12 @@ impl Scenario {
         };
         self.steps.push(Step { name, outcome });
     }
+}
+
+/// The status and error of a `turn/completed` notification.
+fn turn_completed(message: &Value) -> Option<String> {
+    let turn = &message["params"]["turn"];
+    (message["method"] == "turn/completed").then(|| format!("{} {}", turn["status"], turn["error"]))
 }
 
 /// The pinned client offers every tool the scenario scripts (else the config is wrong, and the
