@@ -74,6 +74,12 @@ pub async fn measure(work: &Path) {
                 summary(&figures[case][index])
             );
         }
+        if let [reference, cleanroom] = &figures[case][..] {
+            println!(
+                "  {name:>24} | cleanroom/codex   | {}",
+                ratios(cleanroom, reference)
+            );
+        }
     }
     drop(wires);
     for server in servers {
@@ -119,14 +125,33 @@ async fn measure_one(
         .push(STREAM_BYTES as f64 / (1 << 20) as f64 / run.elapsed.as_secs_f64());
 }
 
-fn summary(figures: &Figures) -> String {
-    if let Some(refused) = &figures.refused {
-        return format!("refused: {}", shorten(refused, 120));
-    }
+fn sorted(figures: &Figures) -> (Vec<Duration>, Vec<f64>) {
     let mut trips = figures.round_trips.clone();
     trips.sort();
     let mut streams = figures.streams.clone();
     streams.sort_by(f64::total_cmp);
+    (trips, streams)
+}
+
+/// Median round trip and median throughput of `ours` over `theirs`.
+fn ratios(ours: &Figures, theirs: &Figures) -> String {
+    if ours.refused.is_some() || theirs.refused.is_some() {
+        return "no ratio: one server refused".into();
+    }
+    let ((our_trips, our_streams), (their_trips, their_streams)) = (sorted(ours), sorted(theirs));
+    let median_trip = |t: &[Duration]| t[t.len() / 2].as_secs_f64();
+    format!(
+        "round trip {:.2}× | stream {:.2}×",
+        median_trip(&our_trips) / median_trip(&their_trips),
+        our_streams[our_streams.len() / 2] / their_streams[their_streams.len() / 2]
+    )
+}
+
+fn summary(figures: &Figures) -> String {
+    if let Some(refused) = &figures.refused {
+        return format!("refused: {}", shorten(refused, 120));
+    }
+    let (trips, streams) = sorted(figures);
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     format!(
         "round trip median {:.2} ms, p90 {:.2} ms | \
