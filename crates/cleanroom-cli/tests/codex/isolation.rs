@@ -14,8 +14,9 @@
 //! /dev/shm), removes it afterwards, and replays the inner run's output.
 
 use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Set to the test's name in the re-executed, isolated process.
@@ -41,7 +42,18 @@ pub fn run_isolated(test_name: &str, body: impl FnOnce(&Path)) {
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .expect("a private work dir under cargo's target tmp dir");
     let log_path = work.path().join("isolated.log");
-    let log = File::create(&log_path).unwrap();
+    let status = wait_guarded(spawn_isolated(test_name, work.path(), &log_path));
+    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+    print!("{output}");
+    assert!(
+        status.success() && output.contains("1 passed"),
+        "the isolated run of {test_name} failed ({status}); its output is above"
+    );
+}
+
+/// This test binary, running just `test_name`, under `unshare` (output to `log`).
+fn spawn_isolated(test_name: &str, work: &Path, log: &Path) -> Child {
+    let log = File::create(log).unwrap();
     let mut command = Command::new("unshare");
     if !rustix::process::geteuid().is_root() {
         command.arg("--map-root-user");
@@ -59,31 +71,39 @@ pub fn run_isolated(test_name: &str, body: impl FnOnce(&Path)) {
         .args([test_name, "--exact", "--include-ignored", "--nocapture"])
         .args(["--test-threads", "1"])
         .env(INSIDE, test_name)
-        .env(WORK_DIR, work.path())
+        .env(WORK_DIR, work)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
-    let mut child = command
+    // SAFETY: prctl(2) between fork and exec, async-signal-safe: `unshare` (and with
+    // --kill-child everything inside) dies if this test thread dies first.
+    unsafe {
+        command.pre_exec(
+            || match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            },
+        );
+    }
+    command
         .spawn()
-        .unwrap_or_else(|e| panic!("prerequisite missing: unshare (util-linux): {e}"));
+        .unwrap_or_else(|e| panic!("prerequisite missing: unshare (util-linux): {e}"))
+}
+
+/// Waits for the isolated run; kills it after [`HANG_GUARD`].
+fn wait_guarded(mut child: Child) -> ExitStatus {
     let deadline = Instant::now() + HANG_GUARD;
-    let status = loop {
+    loop {
         if let Some(status) = child.try_wait().unwrap() {
-            break status;
+            return status;
         }
         if Instant::now() > deadline {
             // --kill-child: the namespace's init, and with it every process inside, dies too.
             let _ = child.kill();
-            break child.wait().unwrap();
+            return child.wait().unwrap();
         }
         std::thread::sleep(Duration::from_millis(50));
-    };
-    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
-    print!("{output}");
-    assert!(
-        status.success() && output.contains("1 passed"),
-        "the isolated run of {test_name} failed ({status}); its output is above"
-    );
+    }
 }
 
 /// Inside: this process is the pid namespace's init, `lo` is up and alone, /tmp and /dev/shm
