@@ -2,7 +2,8 @@
 # Installs the Codex client pinned for the interop test (crates/cleanroom-cli/tests/codex_interop.rs):
 # @openai/codex at the exact version and integrity hashes of crates/cleanroom-cli/tests/codex/npm/
 # package-lock.json, from the npm registry, with its linux-x64 native binary, into
-# $CLEANROOM_CODEX_DIR (default /opt/cleanroom-interop/codex-<version>), where the test looks for it.
+# $CLEANROOM_CODEX_DIR (default target/interop/codex-<version> in this checkout), where the test
+# looks for it.
 # Idempotent: an install made from the same lockfile whose binary reports the pinned version is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ fail() { echo "install-codex: $*" >&2; exit 1; }
 command -v npm >/dev/null || fail "npm is missing (Debian package: npm)"
 version=$(sed -n 's/^ *"@openai\/codex": *"\([^"]*\)".*/\1/p' "$pin/package.json")
 [ -n "$version" ] || fail "no @openai/codex version in $pin/package.json"
-dir=${CLEANROOM_CODEX_DIR:-/opt/cleanroom-interop/codex-$version}
+dir=${CLEANROOM_CODEX_DIR:-$PWD/target/interop/codex-$version}
 native=node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex
 
 if cmp -s "$pin/package-lock.json" "$dir/package-lock.json" \

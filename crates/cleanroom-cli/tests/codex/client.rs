@@ -33,7 +33,8 @@ pub fn pinned_version() -> String {
 fn install_dir(version: &str) -> PathBuf {
     match std::env::var_os("CLEANROOM_CODEX_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(format!("/opt/cleanroom-interop/codex-{version}")),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../../target/interop/codex-{version}")),
     }
 }
 
