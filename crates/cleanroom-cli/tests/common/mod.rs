@@ -262,10 +262,14 @@ impl Sandbox {
             .current_dir(&self.scratch)
             .env("CRT_DIR", &self.scratch)
             .env("CRT_MARK", &self.marker)
-            .env_remove("CLEANROOM_STATE_DIR")
-            .env_remove("CLEANROOM_EXCLUSIVE")
-            .env_remove("CLEANROOM_LOG")
             .stdin(Stdio::null());
+        // No CLEANROOM_* setting of whoever runs the tests (CLEANROOM_ON_LEAK, _TIMEOUT, ...)
+        // may change what a test sees; a test sets the ones it needs after this.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("CLEANROOM_") {
+                cmd.env_remove(name);
+            }
+        }
         cmd
     }
 
