@@ -56,17 +56,21 @@ pub enum Source<'a> {
 
 /// Loads the config the source names; `None` when there is none.
 pub fn load(source: Source<'_>) -> Result<Option<Config>> {
-    let path = match source {
+    let (path, file) = match source {
         Source::Disabled => return Ok(None),
-        Source::Explicit(path) => path.to_path_buf(),
+        Source::Explicit(path) => {
+            let file = File::open(path)
+                .with_context(|| format!("cannot read config {}", path.display()))?;
+            (path.to_path_buf(), file)
+        }
         Source::Discover(cwd) => match discover(cwd)? {
-            Some(path) => path,
+            Some(found) => found,
             None => return Ok(None),
         },
     };
     let mut text = String::new();
-    File::open(&path)
-        .and_then(|f| f.take(MAX_SIZE + 1).read_to_string(&mut text))
+    file.take(MAX_SIZE + 1)
+        .read_to_string(&mut text)
         .with_context(|| format!("cannot read config {}", path.display()))?;
     if text.len() as u64 > MAX_SIZE {
         bail!("config {} is larger than {MAX_SIZE} bytes", path.display());
@@ -78,9 +82,8 @@ pub fn load(source: Source<'_>) -> Result<Option<Config>> {
     Ok(Some(Config { path, run }))
 }
 
-/// The nearest trusted config file at or above `cwd`.
-fn discover(cwd: &Path) -> Result<Option<PathBuf>> {
-    let euid = rustix::process::geteuid().as_raw();
+/// The nearest config file at or above `cwd`, opened once it is known to be trusted.
+fn discover(cwd: &Path) -> Result<Option<(PathBuf, File)>> {
     for dir in cwd.ancestors() {
         let found: Vec<PathBuf> = FILE_NAMES
             .iter()
@@ -89,10 +92,7 @@ fn discover(cwd: &Path) -> Result<Option<PathBuf>> {
             .collect();
         match found.as_slice() {
             [] => continue,
-            [path] => {
-                check_trusted(path, dir, euid)?;
-                return Ok(Some(path.clone()));
-            }
+            [path] => return Ok(Some((path.clone(), open_trusted(path, dir)?))),
             _ => bail!(
                 "two config files in {}: {} and {}; keep one (or use --config FILE)",
                 dir.display(),
@@ -104,9 +104,13 @@ fn discover(cwd: &Path) -> Result<Option<PathBuf>> {
     Ok(None)
 }
 
-/// Refuses `path` unless it and every directory from its own up to `top` are safe from other
-/// users (see the module doc).
-fn check_trusted(path: &Path, top: &Path, euid: u32) -> Result<()> {
+/// Opens `path` (found in `top`) if nobody but the user and root could have written it: the
+/// entry (a symlink included) and the opened file are theirs, the file is not group/other
+/// writable, and so are the directories from the entry's up to `top` and, for a symlink, the
+/// directory of its target (a sticky directory may be writable by others). The checks of the
+/// file are made on the opened descriptor, so what is read is what was checked.
+fn open_trusted(path: &Path, top: &Path) -> Result<File> {
+    let euid = rustix::process::geteuid().as_raw();
     let refuse = |what: &Path, why: String| {
         let what = if what == path {
             "it".to_string()
@@ -119,49 +123,41 @@ fn check_trusted(path: &Path, top: &Path, euid: u32) -> Result<()> {
             path.display(),
         )
     };
-    let trusted_owner = |uid: u32| uid == euid || uid == 0;
-    let meta = |p: &Path, follow: bool| {
-        if follow {
-            p.metadata()
+    // A symlink's own mode means nothing; a sticky directory protects what others do not own.
+    let inspect = |p: &Path, meta: std::io::Result<std::fs::Metadata>, dir: bool| {
+        let m = meta.with_context(|| format!("cannot inspect config {}", p.display()))?;
+        let mode_ignored = m.file_type().is_symlink() || (dir && m.mode() & 0o1000 != 0);
+        let writable_by_others = m.mode() & 0o022 != 0 && !mode_ignored;
+        if m.uid() != euid && m.uid() != 0 {
+            Err(refuse(p, format!("is owned by uid {}", m.uid())))
+        } else if writable_by_others {
+            let mode = m.mode() & 0o7777;
+            Err(refuse(p, format!("is writable by others (mode {mode:o})")))
         } else {
-            p.symlink_metadata()
+            Ok(m)
         }
-        .with_context(|| format!("cannot inspect config {}", p.display()))
     };
-    for (entry, follow) in [(path, false), (path, true)] {
-        let m = meta(entry, follow)?;
-        if !trusted_owner(m.uid()) {
-            return Err(refuse(entry, format!("is owned by uid {}", m.uid())));
-        }
-        if follow && !m.is_file() {
-            return Err(refuse(entry, "is not a regular file".into()));
-        }
-        if follow && m.mode() & 0o022 != 0 {
-            return Err(refuse(
-                entry,
-                format!("is writable by others (mode {:o})", m.mode() & 0o777),
-            ));
-        }
+    let entry = inspect(path, path.symlink_metadata(), false)?;
+    let file =
+        File::open(path).with_context(|| format!("cannot read config {}", path.display()))?;
+    if !inspect(path, file.metadata(), false)?.is_file() {
+        return Err(refuse(path, "is not a regular file".into()));
     }
-    let mut dir = path.parent();
-    while let Some(d) = dir {
-        let m = meta(d, true)?;
-        if !trusted_owner(m.uid()) {
-            return Err(refuse(d, format!("is owned by uid {}", m.uid())));
-        }
-        let sticky = m.mode() & 0o1000 != 0;
-        if m.mode() & 0o022 != 0 && !sticky {
-            return Err(refuse(
-                d,
-                format!("is writable by others (mode {:o})", m.mode() & 0o777),
-            ));
-        }
-        if d == top {
-            break;
-        }
-        dir = d.parent();
+    let mut dirs: Vec<PathBuf> = path
+        .ancestors()
+        .skip(1)
+        .take_while(|d| d.starts_with(top))
+        .map(Path::to_path_buf)
+        .collect();
+    if entry.file_type().is_symlink() {
+        let target = std::fs::canonicalize(path)
+            .with_context(|| format!("cannot resolve config {}", path.display()))?;
+        dirs.extend(target.parent().map(Path::to_path_buf));
     }
-    Ok(())
+    for dir in &dirs {
+        inspect(dir, dir.metadata(), true)?;
+    }
+    Ok(file)
 }
 
 /// Parses the text of a config file; the error starts with `LINE: KEY: ` (the caller puts the

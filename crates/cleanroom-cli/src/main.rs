@@ -49,7 +49,8 @@ pub struct Global {
     /// More logging on stderr (-v: decisions, -vv: details).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
-    /// Print only errors and warnings that a guarantee did not hold (no leak lines, no summary).
+    /// Print only errors and warnings that a guarantee did not hold: `run` prints no leak
+    /// lines, summary or lock-wait messages (the status and --report still tell).
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
 }
@@ -120,8 +121,9 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Logs go to stderr: warnings by default, `-v` decisions, `-vv` details, `-q` errors only;
-/// `CLEANROOM_LOG` takes a full filter (`CLEANROOM_LOG=cleanroom=trace`).
+/// Logs go to stderr: warnings by default (and with `-q`: they say a guarantee did not hold),
+/// `-v` decisions, `-vv` details; `CLEANROOM_LOG` takes a full filter
+/// (`CLEANROOM_LOG=cleanroom=trace`).
 fn init_logging(global: &Global) {
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -133,11 +135,10 @@ fn init_logging(global: &Global) {
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .init(),
         Err(_) => builder
-            .with_max_level(match (global.quiet, global.verbose) {
-                (true, _) => tracing::Level::ERROR,
-                (false, 0) => tracing::Level::WARN,
-                (false, 1) => tracing::Level::INFO,
-                (false, _) => tracing::Level::DEBUG,
+            .with_max_level(match global.verbose {
+                0 => tracing::Level::WARN,
+                1 => tracing::Level::INFO,
+                _ => tracing::Level::DEBUG,
             })
             .init(),
     }

@@ -102,11 +102,9 @@ fn typos_get_clap_tips_in_one_line_and_exit_125() {
 #[test]
 fn plain_cleanroom_prints_the_help_on_stderr_and_exits_2() {
     let sandbox = Sandbox::new("plain");
-    let bare = Command::new(BIN)
-        .env_remove("CLEANROOM_STATE_DIR")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let mut bare = Command::new(BIN);
+    common::without_cleanroom_settings(&mut bare);
+    let bare = bare.stdin(Stdio::null()).output().unwrap();
     // With global options only (the sandbox adds --state-dir) nothing is asked either.
     let with_global = sandbox.command(&["-v"]).output().unwrap();
     for out in [bare, with_global] {
@@ -263,7 +261,9 @@ fn a_report_to_a_descriptor_never_mixes_with_the_commands_stdout() {
     // fd 3 is the captured pipe; the command's stdout goes to a file.
     let script = "exec \"$0\" --state-dir \"$1\" run --report /dev/fd/3 -- echo from-the-command \
                   3>&1 1>\"$2\"";
-    let out = Command::new("bash")
+    let mut bash = Command::new("bash");
+    common::without_cleanroom_settings(&mut bash);
+    let out = bash
         .arg("-c")
         .arg(script)
         .arg(BIN)

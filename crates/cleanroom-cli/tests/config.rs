@@ -248,6 +248,17 @@ fn a_config_others_could_have_written_is_refused_unless_named() {
     std::os::unix::fs::symlink("real.toml", &path).unwrap();
     std::os::unix::fs::lchown(&path, Some(4242), None).unwrap();
     refused("owned by uid 4242");
+    // The user's own symlink into a safe directory is fine (a dotfiles checkout) ...
+    std::os::unix::fs::lchown(&path, Some(0), None).unwrap();
+    run_in(&sandbox, &project.sub, &[], &[], LEAKER).assert_status(123);
+    // ... into a directory others can write, it is not.
+    let open_dir = sandbox.scratch().join("open");
+    std::fs::create_dir(&open_dir).unwrap();
+    set_mode(&open_dir, 0o777);
+    std::fs::rename(project.dir.join("real.toml"), open_dir.join("real.toml")).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(open_dir.join("real.toml"), &path).unwrap();
+    refused(&format!("{} is writable by others", open_dir.display()));
     // Named explicitly, the same file is the user's choice; --no-config ignores every file.
     let named = ["--config", path.to_str().unwrap()];
     run_in(&sandbox, &project.sub, &[], &named, LEAKER).assert_status(123);
@@ -300,4 +311,34 @@ fn relative_paths_in_a_config_are_relative_to_its_directory() {
         run.report()["protection"]
     );
     sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn the_example_in_docs_config_md_is_a_valid_config() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/config.md"))
+        .unwrap();
+    let example = doc
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/config.md has a toml example");
+    let sandbox = Sandbox::new("cfg-doc");
+    let project = Project::new(&sandbox);
+    project.write("cleanroom.toml", example);
+    std::fs::create_dir(project.dir.join("secrets")).unwrap();
+    let run = run_in(
+        &sandbox,
+        &project.sub,
+        &[],
+        &["-v"],
+        "printf %s \"$MY_TOOL_HOME\"",
+    );
+    run.assert_status(0);
+    assert!(
+        Path::new(&run.stdout).starts_with(run.root()),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stderr.contains("config: "), "{}", run.stderr);
+    sandbox.assert_namespace_holds_only(&["locks"]);
 }

@@ -263,13 +263,7 @@ impl Sandbox {
             .env("CRT_DIR", &self.scratch)
             .env("CRT_MARK", &self.marker)
             .stdin(Stdio::null());
-        // No CLEANROOM_* setting of whoever runs the tests (CLEANROOM_ON_LEAK, _TIMEOUT, ...)
-        // may change what a test sees; a test sets the ones it needs after this.
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("CLEANROOM_") {
-                cmd.env_remove(name);
-            }
-        }
+        without_cleanroom_settings(&mut cmd);
         cmd
     }
 
@@ -530,6 +524,17 @@ fn collect(
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
         elapsed,
         report,
+    }
+}
+
+/// Removes every CLEANROOM_* variable of whoever runs the tests (CLEANROOM_ON_LEAK, _TIMEOUT,
+/// ...) from `cmd`'s environment, so none changes what a test sees; a test sets the ones it
+/// needs afterwards.
+pub fn without_cleanroom_settings(cmd: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CLEANROOM_") {
+            cmd.env_remove(name);
+        }
     }
 }
 
