@@ -6,9 +6,11 @@ use clap_complete::Shell;
 
 /// Shown under `cleanroom completions --help`.
 pub const EXAMPLES: &str = "Examples:
-  cleanroom completions bash > ~/.local/share/bash-completion/completions/cleanroom
-  cleanroom completions zsh > ~/.zfunc/_cleanroom      # with fpath+=(~/.zfunc) in ~/.zshrc
-  cleanroom completions fish > ~/.config/fish/completions/cleanroom.fish";
+  cleanroom completions bash > /etc/bash_completion.d/cleanroom
+  cleanroom completions zsh > ~/.zfunc/_cleanroom
+  cleanroom completions fish | source
+
+For zsh, ~/.zfunc must be in fpath (fpath+=(~/.zfunc) in ~/.zshrc).";
 
 /// Options of `cleanroom completions`.
 #[derive(clap::Args, Debug)]

@@ -30,7 +30,7 @@ pub const EXIT_NO_SUBCOMMAND: u8 = 2;
 #[command(
     name = "cleanroom",
     version,
-    after_help = "Examples:\n  cleanroom run cargo test\n  cleanroom run --timeout 10m --on-leak fail -- make check\n  cleanroom list\n  cleanroom gc --dry-run\n\nExit statuses: docs/exit-status.md (125: cleanroom's own failure, usage errors included)."
+    after_help = "Examples:\n  cleanroom run cargo test\n  cleanroom run --timeout 10m --on-leak fail -- make check\n  cleanroom list\n  cleanroom gc --dry-run\n\nExit statuses: docs/exit-status.md (125: cleanroom's own failure, usage\nerrors included)."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -71,7 +71,7 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Reclaim stale roots whose owners are provably dead.
     #[command(
-        after_help = "Examples:\n  cleanroom gc --dry-run   # what would be reclaimed\n  cleanroom gc             # reclaim stale roots, retry failed removals\n  cleanroom gc --kept      # also reclaim roots kept with --keep-root"
+        after_help = "Examples:\n  cleanroom gc --dry-run\n  cleanroom gc\n  cleanroom gc --kept\n\n--dry-run shows what would be reclaimed; --kept also reclaims roots kept\nwith --keep-root."
     )]
     Gc(gc::GcArgs),
     /// List every entry of the namespace with its state.
@@ -82,7 +82,7 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Serve the exec-server protocol (JSON-RPC over WebSocket or stdio).
     #[command(
-        after_help = "Examples:\n  cleanroom serve                          # ws://127.0.0.1:<free port>, printed on stdout\n  cleanroom serve --listen stdio"
+        after_help = "Examples:\n  cleanroom serve\n  cleanroom serve --listen stdio\n\nBy default it listens on ws://127.0.0.1 on a free port and prints the\naddress on stdout."
     )]
     Serve(serve::ServeArgs),
     /// Print a completion script for SHELL on stdout.

@@ -8,7 +8,9 @@ use clap::CommandFactory;
 /// Shown under `cleanroom man --help`.
 pub const EXAMPLES: &str = "Examples:
   cleanroom man | man -l -
-  cleanroom man --dir ~/.local/share/man/man1    # cleanroom.1, cleanroom-run.1, ...";
+  cleanroom man --dir ~/.local/share/man/man1
+
+--dir writes cleanroom.1, cleanroom-run.1 and a page for every other command.";
 
 /// Options of `cleanroom man`.
 #[derive(clap::Args, Debug)]

@@ -26,17 +26,21 @@ macro_rules! say {
 
 /// Shown under `cleanroom run --help`.
 pub const EXAMPLES: &str = "Examples:
-  cleanroom run cargo test                  # the command may follow the options directly
+  cleanroom run cargo test
   cleanroom run --timeout 10m --on-leak fail -- make check
-  cleanroom run --protect strict --allow-write /var/cache/ccache -- ./build.sh
-  cleanroom run --net none --drop-secrets -- npm test
-  cleanroom run --report run.json -- pytest
+  cleanroom run --protect strict --allow-write ~/.ccache make
+  cleanroom run --net none --drop-secrets npm test
+  cleanroom run --report run.json pytest
 
-Options also come from CLEANROOM_* variables (shown above) and from the [run] table of the
-nearest cleanroom.toml or .config/cleanroom.toml (keys named like the flags, e.g.
-on-leak = \"fail\"): flag > environment > config file > default. See docs/config.md.
-Exit status: the command's; 124 timeout, 123 leak with --on-leak fail, 125 cleanroom's own
-failure, 126/127 command not executable/not found (docs/exit-status.md).";
+The command follows the options directly; `--` is needed only before a command
+that starts with `-`. Options also come from CLEANROOM_* variables (shown above)
+and from the [run] table of the nearest cleanroom.toml or .config/cleanroom.toml
+(keys named like the flags, e.g. on-leak = \"fail\"): flag > environment >
+config file > default. See docs/config.md.
+
+Exit status: the command's; 124 timeout, 123 leak with --on-leak fail, 125
+cleanroom's own failure, 126/127 command not executable/not found
+(docs/exit-status.md).";
 
 /// Options of `cleanroom run`.
 #[derive(clap::Args, Debug)]

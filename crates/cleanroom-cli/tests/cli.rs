@@ -400,6 +400,14 @@ fn every_subcommand_help_shows_examples() {
             help.contains(&format!("Examples:\n  cleanroom {sub}")),
             "{sub} --help has no examples:\n{help}"
         );
+        // Example lines fit a man page (they are not wrapped there).
+        let examples = help.split("Examples:\n").nth(1).unwrap();
+        for line in examples.lines().take_while(|l| !l.is_empty()) {
+            assert!(
+                line.len() <= 70,
+                "{sub}: example too long for a man page: {line}"
+            );
+        }
     }
 }
 
