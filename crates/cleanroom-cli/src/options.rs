@@ -4,7 +4,7 @@
 //! config key (`leak-grace`); adding an option is one field here and one line in
 //! [`RunOptions::apply`].
 //!
-//! Precedence is the order of application: the library's defaults ([`RunConfig::builder`]),
+//! Precedence is the order of application: the library's defaults (`RunConfig::builder`),
 //! then the config file, then the environment, then flags (clap prefers a flag to its
 //! variable). A list given by a higher layer replaces the lower layer's list; a switch such as
 //! `--drop-secrets` can only be turned on by any layer.
