@@ -1,24 +1,37 @@
 //! The `cleanroom` command: wires the library's parts to subcommands.
 //!
-//! Exit statuses scripts can rely on are listed in `docs/exit-status.md`; every failure of
-//! cleanroom itself is one line on stderr and exit 125.
+//! Exit statuses scripts can rely on are listed in `docs/exit-status.md`: every failure of
+//! cleanroom itself, usage errors included, is one line on stderr and exit 125 (as timeout(1)
+//! and env(1) do, so it never looks like a status of the command); plain `cleanroom` with no
+//! subcommand prints the help on stderr and exits 2.
 
+mod completions;
+mod config;
 mod doctor;
 mod gc;
+mod man;
+mod options;
 mod run;
 mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Exit status for cleanroom's own failures (bad input, unsafe state dir, setup errors).
 pub const EXIT_OWN_FAILURE: u8 = 125;
 
+/// Exit status of plain `cleanroom`: nothing was asked, the help is shown.
+pub const EXIT_NO_SUBCOMMAND: u8 = 2;
+
 /// Run commands in an owned root; nothing they start or write is left behind.
 #[derive(Parser, Debug)]
-#[command(name = "cleanroom", version, about, long_about = None)]
+#[command(
+    name = "cleanroom",
+    version,
+    after_help = "Examples:\n  cleanroom run cargo test\n  cleanroom run --timeout 10m --on-leak fail -- make check\n  cleanroom list\n  cleanroom gc --dry-run\n\nExit statuses: docs/exit-status.md (125: cleanroom's own failure, usage\nerrors included)."
+)]
 pub struct Cli {
     #[command(flatten)]
     global: Global,
@@ -28,6 +41,7 @@ pub struct Cli {
 
 /// Options every subcommand understands.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// The namespace holding all roots [default: /tmp/cleanroom-<euid>].
     #[arg(long, global = true, env = "CLEANROOM_STATE_DIR", value_name = "DIR")]
@@ -35,6 +49,10 @@ pub struct Global {
     /// More logging on stderr (-v: decisions, -vv: details).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Print only errors and warnings that a guarantee did not hold: `run` prints no leak
+    /// lines, summary or lock-wait messages (the status and --report still tell).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
 }
 
 impl Global {
@@ -49,20 +67,40 @@ impl Global {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run COMMAND in a fresh root; remove it and everything the command started afterwards.
+    #[command(after_help = run::EXAMPLES)]
     Run(Box<run::RunArgs>),
     /// Reclaim stale roots whose owners are provably dead.
+    #[command(
+        after_help = "Examples:\n  cleanroom gc --dry-run\n  cleanroom gc\n  cleanroom gc --kept\n\n--dry-run shows what would be reclaimed; --kept also reclaims roots kept\nwith --keep-root."
+    )]
     Gc(gc::GcArgs),
     /// List every entry of the namespace with its state.
+    #[command(after_help = "Examples:\n  cleanroom list\n  cleanroom list --sizes --json")]
     List(gc::ListArgs),
     /// Show what this machine allows and what `run` will use.
+    #[command(after_help = "Examples:\n  cleanroom doctor\n  cleanroom doctor --json")]
     Doctor(doctor::DoctorArgs),
     /// Serve the exec-server protocol (JSON-RPC over WebSocket or stdio).
+    #[command(
+        after_help = "Examples:\n  cleanroom serve\n  cleanroom serve --listen stdio\n\nBy default it listens on ws://127.0.0.1 on a free port and prints the\naddress on stdout."
+    )]
     Serve(serve::ServeArgs),
+    /// Print a completion script for SHELL on stdout.
+    #[command(after_help = completions::EXAMPLES)]
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (roff) on stdout, or write one page per command into a directory.
+    #[command(after_help = man::EXAMPLES)]
+    Man(man::ManArgs),
 }
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if no_subcommand(&e) => {
+            // Plain `cleanroom` (perhaps with global options only): nothing was asked.
+            eprint!("{}", Cli::command().render_help());
+            return ExitCode::from(EXIT_NO_SUBCOMMAND);
+        }
         Err(e) if !e.use_stderr() => {
             // --help and --version.
             let _ = e.print();
@@ -70,20 +108,23 @@ fn main() -> ExitCode {
         }
         Err(e) => return ExitCode::from(fail(usage_error_line(&e))),
     };
-    init_logging(cli.global.verbose);
+    init_logging(&cli.global);
     let code = match cli.command {
         Command::Run(args) => run::main(*args, &cli.global),
         Command::Gc(args) => gc::gc_main(args, &cli.global),
         Command::List(args) => gc::list_main(args, &cli.global),
         Command::Doctor(args) => doctor::main(args, &cli.global),
         Command::Serve(args) => serve::main(args, &cli.global),
+        Command::Completions(args) => completions::main(args),
+        Command::Man(args) => man::main(args),
     };
     ExitCode::from(code)
 }
 
-/// Logs go to stderr: warnings by default, `-v` decisions, `-vv` details; `CLEANROOM_LOG`
-/// takes a full filter (`CLEANROOM_LOG=cleanroom=trace`).
-fn init_logging(verbose: u8) {
+/// Logs go to stderr: warnings by default (and with `-q`: they say a guarantee did not hold),
+/// `-v` decisions, `-vv` details; `CLEANROOM_LOG` takes a full filter
+/// (`CLEANROOM_LOG=cleanroom=trace`).
+fn init_logging(global: &Global) {
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
@@ -94,7 +135,7 @@ fn init_logging(verbose: u8) {
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .init(),
         Err(_) => builder
-            .with_max_level(match verbose {
+            .with_max_level(match global.verbose {
                 0 => tracing::Level::WARN,
                 1 => tracing::Level::INFO,
                 _ => tracing::Level::DEBUG,
@@ -103,22 +144,60 @@ fn init_logging(verbose: u8) {
     }
 }
 
-/// Condenses clap's multi-line usage error into one line that names the problem.
+/// Whether clap stopped because no subcommand was given.
+fn no_subcommand(error: &clap::Error) -> bool {
+    use clap::error::ErrorKind;
+    matches!(
+        error.kind(),
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    )
+}
+
+/// Condenses clap's multi-line usage error into one line that names the problem and keeps its
+/// tips ("a similar argument exists: '--timeout'").
 fn usage_error_line(error: &clap::Error) -> String {
     let text = error.to_string();
-    let mut parts = Vec::new();
+    let mut line = String::new();
     let mut usage = "see `cleanroom --help`".to_string();
-    for line in text.lines().map(str::trim) {
-        if let Some(rest) = line.strip_prefix("Usage:") {
+    for part in text.lines().map(str::trim) {
+        if let Some(rest) = part.strip_prefix("Usage:") {
             usage = format!("usage:{rest}");
-        } else if !line.is_empty()
-            && !line.starts_with("tip:")
-            && !line.starts_with("For more information")
-        {
-            parts.push(line.trim_start_matches("error: "));
+        } else if !part.is_empty() && !part.starts_with("For more information") {
+            if !line.is_empty() {
+                line.push_str(if line.ends_with(':') { " " } else { "; " });
+            }
+            line.push_str(part.trim_start_matches("error: "));
         }
     }
-    format!("{} ({usage})", parts.join(" "))
+    if !line.contains("tip:") {
+        if let Some(tip) = subcommand_tip(error) {
+            line.push_str(&format!("; tip: a similar subcommand exists: '{tip}'"));
+        }
+    }
+    format!("{line} ({usage})")
+}
+
+/// A subcommand one edit away (a swap of two letters included) from an unknown one: clap's own
+/// suggestions miss transpositions in short words (`rnu`).
+fn subcommand_tip(error: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(typed)) = error.get(ContextKind::InvalidSubcommand) else {
+        return None;
+    };
+    Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .find(|name| strsim::damerau_levenshtein(name, typed) == 1)
+}
+
+/// Writes generated text (completions, man page) to stdout; a failed write is named.
+pub fn write_stdout(bytes: &[u8], what: &str) -> u8 {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        Err(e) => fail(format!("cannot write {what} to stdout: {e}")),
+    }
 }
 
 /// Prints a one-line error for cleanroom's own failure and returns its exit status.

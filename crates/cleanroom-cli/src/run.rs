@@ -1,20 +1,18 @@
-//! `cleanroom run`: option parsing, the one-line messages on stderr, and the JSON report file.
-//! The lifecycle itself is `cleanroom::run`.
+//! `cleanroom run`: where its options come from (see `options` for their precedence and
+//! `config` for the file), what is checked before anything starts, the one-line messages on
+//! stderr, and the JSON report file. The lifecycle itself is `cleanroom::run`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
 
-use clap::ValueEnum;
-use cleanroom::contain::ContainMode;
-use cleanroom::env::EnvOptions;
-use cleanroom::lock::{LockRequest, LockScope};
-use cleanroom::protect::{NetMode, ProtectMode};
-use cleanroom::reclaim::Budget;
+use anyhow::{anyhow, bail, Context as _};
 use cleanroom::remove::RemovalStatus;
 use cleanroom::report::{Ending, RunReport};
-use cleanroom::run::{self, Event, LeakPolicy, ProtectSettings, RunConfig};
+use cleanroom::run::{self, Event, RunConfig};
+use rustix::fs::{Access, AtFlags, CWD};
 
+use crate::config::{self, Source};
+use crate::options::RunOptions;
 use crate::Global;
 
 /// `eprintln!` that ignores write errors: a closed or broken stderr must not make the runner
@@ -26,177 +24,108 @@ macro_rules! say {
     }};
 }
 
-fn duration(text: &str) -> Result<Duration, String> {
-    cleanroom::parse_duration(text).map_err(|e| e.to_string())
-}
+/// Shown under `cleanroom run --help`.
+pub const EXAMPLES: &str = "Examples:
+  cleanroom run cargo test
+  cleanroom run --timeout 10m --on-leak fail -- make check
+  cleanroom run --protect strict --allow-write ~/.ccache make
+  cleanroom run --net none --drop-secrets npm test
+  cleanroom run --report run.json pytest
 
-/// `--protect`.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum ProtectArg {
-    /// No kernel policy.
-    Off,
-    /// The real home and --protect-path paths are read-only.
-    Home,
-    /// Writes only to the root, the working directory, devices and --allow-write paths.
-    Strict,
-}
+The command follows the options directly; `--` is needed only before a command
+that starts with `-`. Options also come from CLEANROOM_* variables (shown above)
+and from the [run] table of the nearest cleanroom.toml or .config/cleanroom.toml
+(keys named like the flags, e.g. on-leak = \"fail\"): flag > environment >
+config file > default. See docs/config.md.
 
-/// `--net`.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum NetArg {
-    /// The host's network.
-    Host,
-    /// Only loopback, in a new network namespace.
-    None,
-}
-
-/// `--contain`.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum ContainArg {
-    /// The strongest mechanism available (cgroup when possible, else session).
-    Auto,
-    /// A cgroup v2 leaf, or fail.
-    Cgroup,
-    /// Subreaper + process group only.
-    Session,
-}
-
-/// `--on-leak`.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum OnLeakArg {
-    /// Kill and report leaked processes; exit with the command's status.
-    Warn,
-    /// Kill and report them; exit 123 if the command itself succeeded.
-    Fail,
-}
-
-/// `--lock-scope`.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum LockScopeArg {
-    /// Locks in the user's namespace.
-    User,
-    /// Locks shared by every user of the machine.
-    Machine,
-}
+Exit status: the command's; 124 timeout, 123 leak with --on-leak fail, 125
+cleanroom's own failure, 126/127 command not executable/not found
+(docs/exit-status.md).";
 
 /// Options of `cleanroom run`.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// Kill the run after this long (e.g. 500ms, 30s, 10m); exit 124.
-    #[arg(long, value_name = "D", value_parser = duration)]
-    timeout: Option<Duration>,
-    /// Time between TERM and KILL on timeout or interrupt.
-    #[arg(long, value_name = "D", value_parser = duration, default_value = "10s")]
-    grace: Duration,
-    /// Time between TERM and KILL for processes that outlive the command.
-    #[arg(long, value_name = "D", value_parser = duration, default_value = "500ms")]
-    leak_grace: Duration,
-    /// What leaked processes do to the exit status.
-    #[arg(long, value_enum, default_value = "warn")]
-    on_leak: OnLeakArg,
-    /// Keep the root afterwards and print where it is.
-    #[arg(long)]
-    keep_root: bool,
-    /// Give VAR its own directory inside the root (repeatable).
-    #[arg(long = "pin", value_name = "VAR")]
-    pins: Vec<String>,
-    /// Containment mechanism.
-    #[arg(long, value_enum, default_value = "auto")]
-    contain: ContainArg,
-    /// Kernel write protection.
-    #[arg(long, value_enum, default_value = "home")]
-    protect: ProtectArg,
-    /// Also make P read-only for the run (repeatable).
-    #[arg(long = "protect-path", value_name = "P")]
-    protect_paths: Vec<PathBuf>,
-    /// In strict mode, also allow writes to P (repeatable).
-    #[arg(long = "allow-write", value_name = "P")]
-    allow_write: Vec<PathBuf>,
-    /// Network isolation.
-    #[arg(long, value_enum, default_value = "host")]
-    net: NetArg,
-    /// Refuse to run (exit 125) when the kernel cannot enforce the protection asked for.
-    #[arg(long)]
-    require_protection: bool,
-    /// Remove *KEY*, *SECRET*, *TOKEN*, *PASSWORD* variables from the command's environment.
-    #[arg(long)]
-    drop_secrets: bool,
-    /// Keep NAME even with --drop-secrets (repeatable).
-    #[arg(long = "keep-env", value_name = "NAME")]
-    keep_env: Vec<String>,
-    /// Wait for, then hold, the exclusive lock NAME for the whole run (repeatable; or a
-    /// comma-separated list in CLEANROOM_EXCLUSIVE, e.g. set once in a project's CI config).
-    #[arg(
-        long = "exclusive",
-        value_name = "NAME",
-        env = "CLEANROOM_EXCLUSIVE",
-        value_delimiter = ','
-    )]
-    exclusive: Vec<String>,
-    /// Give up waiting for --exclusive locks after D (exit 125); default: wait forever.
-    #[arg(long, value_name = "D", value_parser = duration)]
-    lock_timeout: Option<Duration>,
-    /// Where --exclusive locks live.
-    #[arg(long, value_enum, default_value = "user")]
-    lock_scope: LockScopeArg,
-    /// Write the JSON report (schema cleanroom-run-report v1) to FILE.
+    #[command(flatten)]
+    options: RunOptions,
+    /// Write the JSON report (schema cleanroom-run-report v1) to FILE, checked before the run
+    /// starts (/dev/fd/N writes to an open descriptor; `-` is refused: stdout is the command's)
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
-    /// The command to run, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// Read run options from FILE instead of discovering cleanroom.toml
+    #[arg(long, value_name = "FILE", env = "CLEANROOM_CONFIG")]
+    config: Option<PathBuf>,
+    /// Use no config file (also ignores --config and CLEANROOM_CONFIG)
+    #[arg(long)]
+    no_config: bool,
+    /// The command and its arguments: everything from the first word that is not an option
+    /// (or everything after `--`)
+    #[arg(
+        trailing_var_arg = true,
+        required = true,
+        num_args = 1..,
+        value_name = "COMMAND"
+    )]
     command: Vec<OsString>,
 }
 
 impl RunArgs {
-    fn config(&self, global: &Global) -> Result<RunConfig, cleanroom::Error> {
-        for pin in &self.pins {
-            cleanroom::env::validate_pin(pin)?;
+    /// The run's configuration: defaults, then the config file, then the environment and flags.
+    /// Everything that can be wrong with the invocation is found here, before anything starts.
+    fn config(&self, global: &Global) -> anyhow::Result<RunConfig> {
+        if let Some(path) = &self.report {
+            check_report_path(path)?;
         }
-        Ok(RunConfig {
-            namespace: global.namespace_path(),
-            command: self.command.clone(),
-            timeout: self.timeout,
-            grace: self.grace,
-            leak_grace: self.leak_grace,
-            on_leak: match self.on_leak {
-                OnLeakArg::Warn => LeakPolicy::Warn,
-                OnLeakArg::Fail => LeakPolicy::Fail,
-            },
-            keep_root: self.keep_root,
-            contain: match self.contain {
-                ContainArg::Auto => ContainMode::Auto,
-                ContainArg::Cgroup => ContainMode::Cgroup,
-                ContainArg::Session => ContainMode::Session,
-            },
-            env: EnvOptions {
-                pins: self.pins.clone(),
-                drop_secrets: self.drop_secrets,
-                keep: self.keep_env.clone(),
-            },
-            protect: ProtectSettings {
-                mode: match self.protect {
-                    ProtectArg::Off => ProtectMode::Off,
-                    ProtectArg::Home => ProtectMode::Home,
-                    ProtectArg::Strict => ProtectMode::Strict,
-                },
-                protect_paths: self.protect_paths.clone(),
-                allow_write: self.allow_write.clone(),
-                net: match self.net {
-                    NetArg::Host => NetMode::Host,
-                    NetArg::None => NetMode::None,
-                },
-                require: self.require_protection,
-            },
-            locks: (!self.exclusive.is_empty()).then(|| LockRequest {
-                names: self.exclusive.clone(),
-                scope: match self.lock_scope {
-                    LockScopeArg::User => LockScope::User,
-                    LockScopeArg::Machine => LockScope::Machine,
-                },
-                timeout: self.lock_timeout,
-            }),
-            gc_budget: Budget::AT_RUN_START,
-        })
+        let cwd = std::env::current_dir().context("cannot read the current directory")?;
+        let source = match (&self.config, self.no_config) {
+            (_, true) => Source::Disabled,
+            (Some(path), false) => Source::Explicit(path),
+            (None, false) => Source::Discover(&cwd),
+        };
+        let mut builder =
+            RunConfig::builder(self.command.iter().cloned()).namespace(global.namespace_path());
+        if let Some(file) = config::load(source)? {
+            tracing::info!("config: {}", file.path.display());
+            builder = file.run.apply(builder);
+        }
+        Ok(self.options.clone().apply(builder).build()?)
+    }
+}
+
+/// `--report`: refused or checked before anything starts, so a bad path costs one line instead
+/// of replacing the command's status after the run.
+fn check_report_path(path: &Path) -> anyhow::Result<()> {
+    let shown = path.display();
+    if path.as_os_str() == "-" {
+        bail!(
+            "--report -: stdout belongs to the command; give a file, or /dev/fd/N to write to an \
+             open descriptor"
+        );
+    }
+    let may = |p: &Path, access: Access| {
+        rustix::fs::accessat(CWD, p, access, AtFlags::EACCESS).map_err(std::io::Error::from)
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => bail!("--report {shown}: is a directory"),
+        Ok(_) => may(path, Access::WRITE_OK)
+            .map_err(|e| anyhow!("--report {shown}: cannot write it: {e}")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            match std::fs::metadata(parent) {
+                Ok(meta) if meta.is_dir() => may(parent, Access::WRITE_OK | Access::EXEC_OK)
+                    .map_err(|e| {
+                        anyhow!(
+                            "--report {shown}: cannot create files in {}: {e}",
+                            parent.display()
+                        )
+                    }),
+                Ok(_) => bail!("--report {shown}: {} is not a directory", parent.display()),
+                Err(e) => bail!("--report {shown}: directory {}: {e}", parent.display()),
+            }
+        }
+        Err(e) => bail!("--report {shown}: {e}"),
     }
 }
 
@@ -204,18 +133,20 @@ impl RunArgs {
 pub fn main(args: RunArgs, global: &Global) -> u8 {
     let config = match args.config(global) {
         Ok(c) => c,
-        Err(e) => return crate::fail(e),
+        Err(e) => return crate::fail(format!("{e:#}")),
     };
+    let quiet = global.quiet;
     let mut events = |event: Event<'_>| match event {
         Event::Warning(text) => say!("cleanroom: warning: {text}"),
-        Event::Waiting(text) => say!("cleanroom: {text}"),
+        Event::Waiting(text) if !quiet => say!("cleanroom: {text}"),
+        Event::Waiting(_) => {}
         Event::SpawnFailed(text) => say!("cleanroom: {text}"),
     };
     let report = match run::execute(&config, &mut events) {
         Ok(r) => r,
         Err(e) => return crate::fail(e),
     };
-    print_summary(&report);
+    print_summary(&report, quiet);
     if let Some(path) = &args.report {
         let text = serde_json::to_string_pretty(&report).expect("report serializes");
         if let Err(e) = std::fs::write(path, text + "\n") {
@@ -230,15 +161,17 @@ pub fn main(args: RunArgs, global: &Global) -> u8 {
 const MAX_LEAK_LINES: usize = 20;
 
 /// Quiet when all is well; one line per leak and one summary line when something happened.
-fn print_summary(report: &RunReport) {
-    for leak in report.leaks.iter().take(MAX_LEAK_LINES) {
+/// With `-q` only a cleanup that did not finish is told (and a kept root, which was asked for).
+fn print_summary(report: &RunReport, quiet: bool) {
+    let leak_lines = if quiet { 0 } else { MAX_LEAK_LINES };
+    for leak in report.leaks.iter().take(leak_lines) {
         say!(
             "cleanroom: leak: pid {} outlived the command and was killed: {}",
             leak.process.id.pid,
             leak.process.command
         );
     }
-    if report.leaks.len() > MAX_LEAK_LINES {
+    if !quiet && report.leaks.len() > MAX_LEAK_LINES {
         say!(
             "cleanroom: leak: ... and {} more leaked processes, all killed (--report lists every one)",
             report.leaks.len() - MAX_LEAK_LINES
@@ -246,6 +179,7 @@ fn print_summary(report: &RunReport) {
     }
     let mut notes = Vec::new();
     match report.exit.ending {
+        _ if quiet => {}
         Ending::TimedOut => notes.push("timed out".to_string()),
         Ending::Interrupted => notes.push(format!(
             "interrupted by signal {}",
@@ -253,7 +187,7 @@ fn print_summary(report: &RunReport) {
         )),
         Ending::Exited => {}
     }
-    if !report.leaks.is_empty() {
+    if !quiet && !report.leaks.is_empty() {
         notes.push(format!("{} leaked process(es) killed", report.leaks.len()));
     }
     if let Some(cleanup) = &report.cleanup {

@@ -303,7 +303,7 @@ fn files_named(dir: &Path, name: &str, depth: u32) -> Vec<PathBuf> {
 const USAGE_ERRORS: [(&[&str], &str); 7] = [
     (&["run", "--bogus", "--", "true"], "--bogus"),
     (&["run"], "<COMMAND>"),
-    (&["run", "true"], "'true'"),
+    (&["run", "--on-leak", "maybe", "--", "true"], "--on-leak"),
     (&["run", "--"], "<COMMAND>"),
     (&["run", "--timeout", "5x", "--", "true"], "--timeout"),
     (&["run", "--grace", "soon", "--", "true"], "--grace"),

@@ -262,10 +262,8 @@ impl Sandbox {
             .current_dir(&self.scratch)
             .env("CRT_DIR", &self.scratch)
             .env("CRT_MARK", &self.marker)
-            .env_remove("CLEANROOM_STATE_DIR")
-            .env_remove("CLEANROOM_EXCLUSIVE")
-            .env_remove("CLEANROOM_LOG")
             .stdin(Stdio::null());
+        without_cleanroom_settings(&mut cmd);
         cmd
     }
 
@@ -526,6 +524,17 @@ fn collect(
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
         elapsed,
         report,
+    }
+}
+
+/// Removes every CLEANROOM_* variable of whoever runs the tests (CLEANROOM_ON_LEAK, _TIMEOUT,
+/// ...) from `cmd`'s environment, so none changes what a test sees; a test sets the ones it
+/// needs afterwards.
+pub fn without_cleanroom_settings(cmd: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CLEANROOM_") {
+            cmd.env_remove(name);
+        }
     }
 }
 

@@ -13,8 +13,11 @@
 //! Invariant: once the root exists, every path out of [`execute`] removes it (or keeps it when
 //! asked), and no process of the run is alive when [`execute`] returns.
 
+mod builder;
 mod signals;
 mod terminal;
+
+pub use builder::{RunBuilder, DEFAULT_GRACE, DEFAULT_LEAK_GRACE};
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;

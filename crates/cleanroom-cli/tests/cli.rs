@@ -1,0 +1,452 @@
+//! Command-line conventions of `cleanroom` over the real binary: the command may follow the
+//! options without `--` (as timeout(1), env(1) and bwrap take it), typos get clap's tips in one
+//! line, plain `cleanroom` shows the help and exits 2, `-q` silences the chatter but not the
+//! status, durations read as timeout(1) reads them, `--report` is checked before anything
+//! starts, and completions, man pages and every subcommand's examples come from the one clap
+//! definition.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{exists, Sandbox, BIN};
+
+/// Runs the binary with `args` (through the sandbox: its state dir, cwd and environment).
+fn output(sandbox: &Sandbox, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = sandbox.command(args).output().expect("run cleanroom");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Asserts cleanroom refused the invocation: exit 125, one line on stderr containing each of `named`, nothing
+/// created in the state dir.
+#[track_caller]
+fn assert_refused(sandbox: &Sandbox, args: &[&str], named: &[&str]) {
+    let (status, _, stderr) = output(sandbox, args);
+    assert_eq!(status, Some(125), "{args:?}: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got: {stderr}");
+    for word in named {
+        assert!(
+            lines[0].contains(word),
+            "{args:?}: no {word:?} in: {stderr}"
+        );
+    }
+    assert!(
+        !exists(sandbox.state()),
+        "{args:?}: the state dir was created"
+    );
+}
+
+#[test]
+fn the_command_may_follow_the_options_without_a_double_dash() {
+    let sandbox = Sandbox::new("nodash");
+    // Everything from the first word that is not an option is the command, options included.
+    let (status, stdout, stderr) = output(
+        &sandbox,
+        &[
+            "run",
+            "--on-leak",
+            "fail",
+            "printf",
+            "%s|",
+            "-v",
+            "--timeout",
+            "--",
+            "x",
+        ],
+    );
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(stdout, "-v|--timeout|--|x|");
+    // `--` still ends the options, and what follows it may look like an option.
+    let (status, stdout, stderr) = output(&sandbox, &["run", "--", "printf", "%s|", "--help"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(stdout, "--help|");
+    // A command named like an option is reached only through `--`.
+    let (status, _, stderr) = output(&sandbox, &["run", "--", "--no-such-command"]);
+    assert_eq!(status, Some(127), "{stderr}");
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn typos_get_clap_tips_in_one_line_and_exit_125() {
+    let sandbox = Sandbox::new("typos");
+    assert_refused(
+        &sandbox,
+        &["run", "--timout", "5s", "--", "true"],
+        &["'--timout'", "tip: a similar argument exists: '--timeout'"],
+    );
+    assert_refused(
+        &sandbox,
+        &["run", "--on-lek", "fail", "true"],
+        &["'--on-lek'", "'--on-leak'"],
+    );
+    assert_refused(
+        &sandbox,
+        &["rnu", "true"],
+        &["'rnu'", "tip: a similar subcommand exists: 'run'"],
+    );
+    assert_refused(&sandbox, &["lsit"], &["'lsit'", "'list'"]);
+    assert_refused(&sandbox, &["run"], &["<COMMAND>"]);
+    assert_refused(
+        &sandbox,
+        &["run", "-q", "-v", "true"],
+        &["--quiet", "--verbose"],
+    );
+}
+
+#[test]
+fn plain_cleanroom_prints_the_help_on_stderr_and_exits_2() {
+    let sandbox = Sandbox::new("plain");
+    let mut bare = Command::new(BIN);
+    common::without_cleanroom_settings(&mut bare);
+    let bare = bare.stdin(Stdio::null()).output().unwrap();
+    // With global options only (the sandbox adds --state-dir) nothing is asked either.
+    let with_global = sandbox.command(&["-v"]).output().unwrap();
+    for out in [bare, with_global] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(out.stdout.is_empty(), "the help goes to stderr");
+        assert!(
+            stderr.contains("Usage: cleanroom [OPTIONS] <COMMAND>"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("\n  run "),
+            "the subcommands are listed: {stderr}"
+        );
+    }
+    assert!(!exists(sandbox.state()));
+    // --help is asked for: stdout, exit 0.
+    let (status, stdout, _) = output(&sandbox, &["--help"]);
+    assert_eq!(status, Some(0));
+    assert!(stdout.contains("Usage: cleanroom"), "{stdout}");
+}
+
+#[test]
+fn quiet_hides_leak_lines_and_the_summary_but_not_the_status() {
+    let sandbox = Sandbox::new("quiet");
+    let script = "escapee daemon &\nready daemon\nexit 0";
+    let loud = sandbox.run_bash(&["--on-leak", "fail"], script);
+    loud.assert_status(123);
+    assert!(
+        loud.stderr.contains("cleanroom: leak: pid"),
+        "{}",
+        loud.stderr
+    );
+    sandbox.assert_no_survivors(&["daemon"]);
+
+    // -q is a global option: it may follow the subcommand.
+    let quiet = sandbox.run_bash(&["-q", "--on-leak", "fail"], script);
+    quiet.assert_status(123);
+    assert_eq!(
+        quiet.stderr, "",
+        "-q prints nothing when every guarantee held"
+    );
+    assert!(!quiet.report()["leaks"].as_array().unwrap().is_empty());
+    sandbox.assert_no_survivors(&["daemon"]);
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn durations_read_as_timeout_reads_them() {
+    let sandbox = Sandbox::new("durations");
+    // A bare number is seconds: the deadline fires.
+    let run = sandbox.run(&["--timeout", "1"], &["sleep", "30"]);
+    run.assert_status(124);
+    assert_eq!(run.report()["exit"]["ending"], "timed_out");
+    // 0 is no limit (were it a zero deadline, the run would time out at once).
+    let run = sandbox.run(&["--timeout", "0"], &["sh", "-c", "sleep 0.2; exit 7"]);
+    run.assert_status(7);
+    assert_eq!(run.report()["exit"]["ending"], "exited");
+    // Compound forms are accepted everywhere a duration is.
+    let run = sandbox.run(
+        &[
+            "--timeout",
+            "1h30m",
+            "--grace",
+            "1m30s",
+            "--leak-grace",
+            "1s500ms",
+        ],
+        &["true"],
+    );
+    run.assert_status(0);
+    // From the environment too, with the same rules.
+    let (mut cmd, report) = sandbox.run_command(&[], &["sleep", "30"]);
+    cmd.env("CLEANROOM_TIMEOUT", "1");
+    sandbox.finish(cmd, &report).assert_status(124);
+    for (flag, value, why) in [
+        ("--timeout", "30m1h", "out of order"),
+        ("--grace", "5x", "unknown unit"),
+        ("--leak-grace", "1m5", "missing unit"),
+        ("--lock-timeout", "1.2.3", "not a number"),
+    ] {
+        assert_refused(
+            &Sandbox::new("bad-duration"),
+            &["run", flag, value, "--", "true"],
+            &[flag, value, why],
+        );
+    }
+    sandbox.assert_namespace_empty();
+}
+
+/// A command that leaves evidence when it runs: `$CRT_DIR/ran`.
+const TOUCH_RAN: &[&str] = &["sh", "-c", "touch \"$CRT_DIR/ran\""];
+
+/// Asserts `--report PATH` is refused before anything starts: 125, one line naming the path,
+/// the command never ran, no state dir.
+#[track_caller]
+fn assert_report_refused(sandbox: &Sandbox, path: &Path, why: &str) {
+    let mut args = vec!["run", "--report", path.to_str().unwrap(), "--"];
+    args.extend(TOUCH_RAN);
+    let out = sandbox.command(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{path:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("--report"), "{stderr}");
+    assert!(stderr.contains(path.to_str().unwrap()), "{stderr}");
+    assert!(
+        stderr.contains(why),
+        "{path:?}: expected {why:?} in {stderr}"
+    );
+    assert!(!exists(&sandbox.scratch().join("ran")), "the command ran");
+    assert!(!exists(sandbox.state()), "the state dir was created");
+}
+
+#[test]
+fn an_unwritable_report_path_exits_125_before_the_command_starts() {
+    let sandbox = Sandbox::new("report-check");
+    let scratch = sandbox.scratch();
+    assert_report_refused(
+        &sandbox,
+        &scratch.join("no-such-dir/r.json"),
+        "No such file",
+    );
+    std::fs::write(scratch.join("a-file"), "").unwrap();
+    assert_report_refused(&sandbox, &scratch.join("a-file/r.json"), "Not a directory");
+    std::fs::create_dir(scratch.join("a-dir")).unwrap();
+    assert_report_refused(&sandbox, &scratch.join("a-dir"), "is a directory");
+    // `-` is refused, and no file named `-` appears.
+    assert_report_refused(&sandbox, Path::new("-"), "stdout belongs to the command");
+    assert!(!exists(&scratch.join("-")));
+}
+
+#[test]
+fn an_ordinary_user_cannot_report_into_a_directory_it_cannot_write() {
+    let sandbox = Sandbox::as_user("report-perm", common::NOBODY);
+    let locked = sandbox.scratch().join("root-only");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    assert_report_refused(&sandbox, &locked.join("r.json"), "Permission denied");
+    let existing = sandbox.scratch().join("root-owned.json");
+    std::fs::write(&existing, "old").unwrap();
+    std::fs::set_permissions(
+        &existing,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    assert_report_refused(&sandbox, &existing, "cannot write it");
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "old");
+}
+
+#[test]
+fn a_report_to_a_descriptor_never_mixes_with_the_commands_stdout() {
+    let sandbox = Sandbox::new("report-fd");
+    let out_file = sandbox.scratch().join("command-stdout");
+    // fd 3 is the captured pipe; the command's stdout goes to a file.
+    let script = "exec \"$0\" --state-dir \"$1\" run --report /dev/fd/3 -- echo from-the-command \
+                  3>&1 1>\"$2\"";
+    let mut bash = Command::new("bash");
+    common::without_cleanroom_settings(&mut bash);
+    let out = bash
+        .arg("-c")
+        .arg(script)
+        .arg(BIN)
+        .arg(sandbox.state())
+        .arg(&out_file)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("fd 3 holds the report and nothing else");
+    assert_eq!(report["schema"], "cleanroom-run-report");
+    assert_eq!(
+        std::fs::read_to_string(&out_file).unwrap(),
+        "from-the-command\n"
+    );
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn completion_scripts_are_generated_for_every_shell() {
+    let sandbox = Sandbox::new("completions");
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let (status, script, stderr) = output(&sandbox, &["completions", shell]);
+        assert_eq!(status, Some(0), "{shell}: {stderr}");
+        for word in ["run", "timeout", "on-leak", "completions"] {
+            assert!(script.contains(word), "{shell}: no {word} in the script");
+        }
+    }
+    // The scripts the machine can parse are parsed (CI installs zsh).
+    for shell in ["bash", "zsh"] {
+        let (_, script, _) = output(&sandbox, &["completions", shell]);
+        let path = sandbox.scratch().join(format!("completion.{shell}"));
+        std::fs::write(&path, script).unwrap();
+        let check = Command::new(shell)
+            .arg("-n")
+            .arg(&path)
+            .output()
+            .unwrap_or_else(|e| panic!("{shell} is needed to check its completion script: {e}"));
+        assert!(
+            check.status.success(),
+            "{shell} -n: {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+    // bash completes the subcommands and run's options from the script.
+    let completed = Command::new("bash")
+        .arg("-c")
+        .arg(
+            "source \"$1\"; COMP_WORDS=(cleanroom run --time); COMP_CWORD=2; \
+             _cleanroom cleanroom --time run; printf '%s\\n' \"${COMPREPLY[@]}\"",
+        )
+        .arg("bash")
+        .arg(sandbox.scratch().join("completion.bash"))
+        .output()
+        .unwrap();
+    let words = String::from_utf8_lossy(&completed.stdout);
+    assert!(words.lines().any(|w| w == "--timeout"), "{words}");
+    assert_refused(&sandbox, &["completions", "tcsh"], &["'tcsh'"]);
+}
+
+#[test]
+fn man_pages_are_generated_for_every_subcommand_and_render() {
+    let sandbox = Sandbox::new("man");
+    let (status, page, stderr) = output(&sandbox, &["man"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(page.contains(".TH cleanroom 1"), "{page}");
+    let dir = sandbox.scratch().join("man1");
+    std::fs::create_dir(&dir).unwrap();
+    let (status, _, stderr) = output(&sandbox, &["man", "--dir", dir.to_str().unwrap()]);
+    assert_eq!(status, Some(0), "{stderr}");
+    for sub in [
+        "",
+        "-run",
+        "-gc",
+        "-list",
+        "-doctor",
+        "-serve",
+        "-completions",
+        "-man",
+    ] {
+        assert!(
+            dir.join(format!("cleanroom{sub}.1")).is_file(),
+            "no cleanroom{sub}.1"
+        );
+    }
+    // groff renders the run page without warnings, with its options and examples.
+    let rendered = Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww", "-z"])
+        .arg(dir.join("cleanroom-run.1"))
+        .output()
+        .expect("groff is needed to check the man page");
+    assert!(
+        rendered.stderr.is_empty(),
+        "groff warnings: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let text = Command::new("groff")
+        .args(["-man", "-Tascii", "-P-cbou"])
+        .arg(dir.join("cleanroom-run.1"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    for word in [
+        "--timeout",
+        "--on-leak",
+        "Examples:",
+        "cleanroom run cargo test",
+    ] {
+        assert!(
+            text.contains(word),
+            "no {word} in the rendered page:\n{text}"
+        );
+    }
+    assert_refused(
+        &sandbox,
+        &[
+            "man",
+            "--dir",
+            sandbox.scratch().join("nope").to_str().unwrap(),
+        ],
+        &["cannot write man pages", "nope"],
+    );
+}
+
+#[test]
+fn every_subcommand_help_shows_examples() {
+    let sandbox = Sandbox::new("help");
+    for sub in ["run", "gc", "list", "doctor", "serve", "completions", "man"] {
+        let (status, help, stderr) = output(&sandbox, &[sub, "--help"]);
+        assert_eq!(status, Some(0), "{sub}: {stderr}");
+        assert!(
+            help.contains(&format!("Examples:\n  cleanroom {sub}")),
+            "{sub} --help has no examples:\n{help}"
+        );
+        // Example lines fit a man page (they are not wrapped there).
+        let examples = help.split("Examples:\n").nth(1).unwrap();
+        for line in examples.lines().take_while(|l| !l.is_empty()) {
+            assert!(
+                line.len() <= 70,
+                "{sub}: example too long for a man page: {line}"
+            );
+        }
+    }
+}
+
+/// The `[default: X]` the help of `run` shows for `flag`.
+fn help_default(help: &str, flag: &str) -> String {
+    let line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{flag} ")))
+        .unwrap_or_else(|| panic!("no {flag} in the help"));
+    let start = line.find("[default: ").expect("a default") + "[default: ".len();
+    line[start..].split(']').next().unwrap().to_string()
+}
+
+#[test]
+fn the_help_of_run_shows_the_librarys_defaults() {
+    let sandbox = Sandbox::new("defaults");
+    let (_, help, _) = output(&sandbox, &["run", "-h"]);
+    let defaults = cleanroom::run::RunConfig::default();
+    let duration = |flag| cleanroom::parse_duration(&help_default(&help, flag)).unwrap();
+    assert_eq!(duration("--grace"), defaults.grace);
+    assert_eq!(duration("--leak-grace"), defaults.leak_grace);
+    assert_eq!(
+        cleanroom::duration::parse_limit(&help_default(&help, "--timeout")).unwrap(),
+        defaults.timeout
+    );
+    let shown = |flag| help_default(&help, flag);
+    assert_eq!(shown("--protect"), defaults.protect.mode.to_string());
+    assert_eq!(shown("--net"), defaults.protect.net.to_string());
+    assert_eq!(
+        shown("--on-leak"),
+        format!("{:?}", defaults.on_leak).to_lowercase()
+    );
+    assert_eq!(
+        shown("--contain"),
+        format!("{:?}", defaults.contain).to_lowercase()
+    );
+    assert!(defaults.locks.is_none());
+    assert_eq!(shown("--lock-scope"), "user");
+    // A run with no options really uses them: the report's protection mode is the default.
+    let run = sandbox.run(&[], &["true"]);
+    assert_eq!(run.report()["protection"]["mode"], "home");
+}
