@@ -66,21 +66,27 @@
 //! uid/gid to themselves (the command keeps its identity and gains nothing outside). Anything
 //! beyond loopback fails at once with "network unreachable".
 
+mod compile;
 pub(crate) mod linux;
-mod plan;
+mod modes;
+pub mod policy;
+mod project;
 
 use std::fmt;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::env::{ChildEnv, PassedConfig, RealHome, ToolchainHome};
 use crate::{Error, Result};
-use plan::Plan;
+
+pub use policy::{
+    Access, AppliedRule, DevShm, EnforcedBy, Narrowing, Network, Policy, Rule, Sandbox,
+    SandboxStatus, TEST_NO_MOUNT_NS_ENV,
+};
+pub use project::WRITABLE_VARS;
 
 /// Environment variable that, set to `1`, makes this process behave as if the kernel had no
 /// Landlock. Test-only: it exists so `--require-protection` can be tested on a kernel that has
@@ -186,17 +192,56 @@ pub struct ProtectionRequest {
     pub allow_write: Vec<PathBuf>,
     /// Network mode.
     pub net: NetMode,
-    /// Fail instead of warning when the kernel cannot enforce the mode.
+    /// Fail instead of warning when the kernel cannot enforce the mode, or (in `home` mode) no
+    /// home to protect can be determined.
     pub require: bool,
-    /// The user's real home, resolved before HOME was moved (skipped if it does not exist).
-    pub real_home: Option<PathBuf>,
+    /// The user's real homes (the passwd home, and `$HOME` when it differs), read-only.
+    pub homes: Vec<RealHome>,
+    /// Why candidate homes were not taken (for the warning when none was).
+    pub home_notes: Vec<String>,
     /// The run's root.
     pub root: PathBuf,
     /// The run's working directory.
     pub cwd: PathBuf,
-    /// Toolchain caches the run must be able to write even inside the real home in `home` mode
-    /// (the caches of `env::TOOLCHAIN_HOMES`); those that do not exist are skipped. Not used by `strict`.
-    pub writable_caches: Vec<PathBuf>,
+    /// Toolchain homes: read-only in `home` mode, except their existing writable parts.
+    pub toolchain: Vec<ToolchainHome>,
+    /// Variable-less caches under the real homes, writable in `home` mode.
+    pub home_caches: Vec<PathBuf>,
+    /// Host configuration files passed through: read-only.
+    pub config: Vec<PassedConfig>,
+    /// Build output directories named by [`project::WRITABLE_VARS`] in the child's environment
+    /// (absolute, or relative to `cwd`), writable in `home` mode.
+    pub output_dirs: Vec<(String, PathBuf)>,
+}
+
+impl ProtectionRequest {
+    /// The request for a child that gets `env`: homes, toolchain homes, passed-through
+    /// configuration and output directories come from it; no extra paths, the host network,
+    /// enforcement not required.
+    pub fn new(mode: ProtectMode, env: &ChildEnv, root: &Path, cwd: &Path) -> ProtectionRequest {
+        let output_dirs = project::WRITABLE_VARS
+            .iter()
+            .filter_map(|var| {
+                let value = env.vars.get(std::ffi::OsStr::new(var))?;
+                Some((var.to_string(), cwd.join(value)))
+            })
+            .collect();
+        ProtectionRequest {
+            mode,
+            protect_paths: Vec::new(),
+            allow_write: Vec::new(),
+            net: NetMode::Host,
+            require: false,
+            homes: env.facts.homes.clone(),
+            home_notes: env.facts.home_notes.clone(),
+            root: root.to_path_buf(),
+            cwd: cwd.to_path_buf(),
+            toolchain: env.facts.toolchain.clone(),
+            home_caches: env.facts.home_caches.clone(),
+            config: env.facts.config.clone(),
+            output_dirs,
+        }
+    }
 }
 
 /// How much of the requested filesystem policy the kernel enforces; ordered from weakest.
@@ -234,37 +279,31 @@ pub struct ProtectionStatus {
     pub landlock_abi: Option<u32>,
     /// Number of Landlock rules in the ruleset (0 when none is installed).
     pub rules: usize,
-    /// Canonical paths made read-only.
+    /// The real homes found (protected in `home` and `strict` mode).
+    pub homes: Vec<RealHome>,
+    /// Canonical paths made read-only (homes, `--protect-path`, toolchain homes, passed-through
+    /// configuration).
     pub read_only: Vec<PathBuf>,
-    /// Canonical paths kept writable even inside read-only ones (root, cwd, allow_write, caches).
+    /// Canonical paths kept writable (root, cwd, project root, caches, `--allow-write`, ...).
     pub writable: Vec<PathBuf>,
-    /// Ancestors of read-only paths: their existing entries stay writable but no new entry can
-    /// be created directly in them (a limit of building `home` as an allowlist cover).
+    /// Every rule with why it exists and how it is enforced.
+    pub policy: Vec<AppliedRule>,
+    /// Directories where no new entry can be created directly (a limit of building `home` as
+    /// a Landlock cover).
     pub no_new_entries_in: Vec<PathBuf>,
+    /// Whose `/dev/shm` the run sees.
+    pub dev_shm: DevShm,
+    /// The private mount namespace, if the run has one.
+    pub mount_namespace: Option<String>,
     /// The network mode.
     pub net: NetMode,
     /// How `--net none` is isolated ("network namespace" or "user and network namespace").
     pub net_isolation: Option<String>,
-}
-
-impl ProtectionStatus {
-    /// The one warning to print when the requested mode is not fully enforced (and enforcement
-    /// was not required, or `prepare` would have failed).
-    pub fn warning(&self) -> Option<String> {
-        if self.mode == ProtectMode::Off || self.enforcement == Enforcement::Full {
-            return None;
-        }
-        Some(format!(
-            "write protection `{}` is {} on this machine: {}; continuing (use \
-             --require-protection to refuse instead)",
-            self.mode,
-            match self.enforcement {
-                Enforcement::Partial => "only partly enforced",
-                _ => "not enforced",
-            },
-            self.reason.as_deref().unwrap_or("unknown reason"),
-        ))
-    }
+    /// Whether `/sys` is a fresh sysfs of the run's network namespace (`--net none`).
+    pub fresh_sysfs: bool,
+    /// What the run was warned about (protection not fully enforced, no home found, the
+    /// working directory not made writable, no private `/dev/shm`).
+    pub warnings: Vec<String>,
 }
 
 impl fmt::Display for ProtectionStatus {
@@ -281,6 +320,9 @@ impl fmt::Display for ProtectionStatus {
         if let Some(how) = &self.net_isolation {
             write!(f, " ({how}, loopback only)")?;
         }
+        if self.dev_shm == DevShm::Private {
+            f.write_str("; private /dev/shm")?;
+        }
         Ok(())
     }
 }
@@ -289,99 +331,40 @@ impl fmt::Display for ProtectionStatus {
 #[derive(Debug)]
 pub struct Protection {
     status: ProtectionStatus,
-    /// The Landlock ruleset, shared with every configured command's pre-exec hook so it stays
-    /// open until the command is spawned.
-    ruleset: Option<Arc<OwnedFd>>,
-    isolate_net: bool,
+    sandbox: Option<Sandbox>,
+    nested_state_dir: Option<PathBuf>,
 }
 
 impl Protection {
     /// Builds the policy for `request` (in the parent).
     ///
     /// Fails with [`Error::Unsupported`] when `request.require` is set and the kernel cannot
-    /// fully enforce `request.mode`, and when `--net none` is asked and the kernel refuses the
-    /// network namespace; with [`Error::Invalid`] when a `protect_paths` or `allow_write` entry
-    /// does not exist.
+    /// fully enforce `request.mode` or (`home`) no home to protect was found, and when
+    /// `--net none` is asked and the kernel refuses the network namespace; with
+    /// [`Error::Invalid`] when a `protect_paths` or `allow_write` entry does not exist.
     pub fn prepare(request: &ProtectionRequest) -> Result<Protection> {
-        let isolate_net = request.net == NetMode::None;
-        let net_isolation = if isolate_net {
-            Some(probe_net_isolation()?)
-        } else {
-            None
+        let mut warnings = Vec::new();
+        let policy = modes::policy(request, &mut warnings)?;
+        let sandbox = match &policy {
+            Some(policy) => Some(Sandbox::compile(policy).map_err(|e| required(request, e))?),
+            None => None,
         };
-        let mut status = ProtectionStatus {
-            mode: request.mode,
-            enforcement: Enforcement::None,
-            reason: None,
-            landlock_abi: None,
-            rules: 0,
-            read_only: Vec::new(),
-            writable: Vec::new(),
-            no_new_entries_in: Vec::new(),
-            net: request.net,
-            net_isolation,
-        };
-        if request.mode == ProtectMode::Off {
-            status.reason = Some("protection is off (--protect off)".into());
-            return Ok(Protection {
-                status,
-                ruleset: None,
-                isolate_net,
-            });
+        let status = status_of(request, sandbox.as_ref(), warnings);
+        for rule in &status.policy {
+            tracing::info!(
+                "protect: {:?} {} ({}; {:?})",
+                rule.access,
+                rule.path.display(),
+                rule.reason,
+                rule.enforced_by
+            );
         }
-
-        let plan = Plan::build(request)?;
-        status.read_only.clone_from(&plan.protected);
-        status.writable.clone_from(&plan.exceptions);
-        status.no_new_entries_in.clone_from(&plan.ancestors);
-
-        let abi = match landlock_support() {
-            Ok(abi) => abi,
-            Err(reason) => {
-                if request.require {
-                    return Err(Error::Unsupported {
-                        what: "Landlock write protection (--require-protection)",
-                        reason,
-                    });
-                }
-                status.reason = Some(reason);
-                return Ok(Protection {
-                    status,
-                    ruleset: None,
-                    isolate_net,
-                });
-            }
-        };
-        let (enforcement, reason) = enforcement_for_abi(abi);
-        if request.require && enforcement != Enforcement::Full {
-            return Err(Error::Unsupported {
-                what: "full Landlock write protection (--require-protection)",
-                reason: reason.unwrap_or_default(),
-            });
-        }
-
-        let mut grants = Vec::new();
-        for path in &plan.grants {
-            if let Some(grant) = linux::open_for_rule(path)? {
-                grants.push(grant);
-            }
-        }
-        let mut devices = Vec::new();
-        for path in DEVICE_FILES.iter().map(Path::new).filter(|p| p.exists()) {
-            if let Some(device) = linux::open_for_rule(path)? {
-                devices.push(device);
-            }
-        }
-        let ruleset = linux::create_ruleset(abi, &grants, &devices)?;
-        status.landlock_abi = Some(abi);
-        status.rules = grants.len() + devices.len();
-        status.enforcement = enforcement;
-        status.reason = reason;
         tracing::debug!(%status, "protection prepared");
         Ok(Protection {
             status,
-            ruleset: Some(Arc::new(ruleset)),
-            isolate_net,
+            sandbox,
+            nested_state_dir: (request.mode == ProtectMode::Strict)
+                .then(|| request.root.join(NESTED_NAMESPACE)),
         })
     }
 
@@ -390,31 +373,124 @@ impl Protection {
         &self.status
     }
 
+    /// Variables the child needs because of its protection: under `strict`, where the real
+    /// namespace is read-only, `CLEANROOM_STATE_DIR` names a namespace inside the run's root,
+    /// so a nested `cleanroom run` can create its own root (and nothing else of the user's).
+    pub fn child_env(&self) -> Vec<(String, PathBuf)> {
+        self.nested_state_dir
+            .iter()
+            .map(|dir| (STATE_DIR_VAR.to_string(), dir.clone()))
+            .collect()
+    }
+
     /// Installs the policy on `command` (applied in the child before exec, so it covers the
     /// command and everything it starts). Hooks added to `command` earlier run before it.
     pub fn configure(&self, command: &mut Command) {
-        if let Some(hook) = self.child_hook() {
-            // SAFETY: the hook runs between fork and exec and only makes raw, async-signal-safe
-            // system calls on data captured before the fork (see `linux::apply_in_child`).
-            unsafe {
-                command.pre_exec(hook);
-            }
+        if let Some(sandbox) = &self.sandbox {
+            sandbox.configure(command);
         }
     }
 
     /// The function that applies the policy to the calling process, for spawners that do not
-    /// use `std::process::Command` (tokio's `pre_exec`, a `clone3` child): call it in the child,
-    /// after fork and before exec, as the last step before exec. It is async-signal-safe (raw
-    /// system calls only, no allocation) and keeps the ruleset open for as long as it lives.
-    /// `None` when there is nothing to apply.
+    /// use `std::process::Command` (tokio's `pre_exec`): call it in the child, after fork and
+    /// before exec, as the last step before exec. It is async-signal-safe (raw system calls
+    /// only, no allocation). `None` when there is nothing to apply.
     pub fn child_hook(&self) -> Option<impl Fn() -> std::io::Result<()> + Send + Sync + 'static> {
-        if self.ruleset.is_none() && !self.isolate_net {
-            return None;
-        }
-        let ruleset = self.ruleset.clone();
-        let isolate_net = self.isolate_net;
-        Some(move || linux::apply_in_child(isolate_net, ruleset.as_ref().map(|fd| fd.as_raw_fd())))
+        self.sandbox.as_ref().and_then(Sandbox::child_hook)
     }
+}
+
+/// The variable the CLI reads its state dir (namespace) from.
+pub const STATE_DIR_VAR: &str = "CLEANROOM_STATE_DIR";
+/// The namespace of nested runs under `strict`, relative to the run's root.
+pub const NESTED_NAMESPACE: &str = "nested";
+
+/// An engine error, reworded when the caller required enforcement.
+fn required(request: &ProtectionRequest, error: Error) -> Error {
+    match error {
+        Error::Unsupported { what, reason } if request.require && what.contains("Landlock") => {
+            Error::Unsupported {
+                what: "Landlock write protection (--require-protection)",
+                reason,
+            }
+        }
+        other => other,
+    }
+}
+
+/// The run's status from the sandbox's.
+fn status_of(
+    request: &ProtectionRequest,
+    sandbox: Option<&Sandbox>,
+    mut warnings: Vec<String>,
+) -> ProtectionStatus {
+    let mut status = ProtectionStatus {
+        mode: request.mode,
+        enforcement: Enforcement::None,
+        reason: Some("protection is off (--protect off)".into()),
+        landlock_abi: None,
+        rules: 0,
+        homes: request.homes.clone(),
+        read_only: Vec::new(),
+        writable: Vec::new(),
+        policy: Vec::new(),
+        no_new_entries_in: Vec::new(),
+        dev_shm: DevShm::Host,
+        mount_namespace: None,
+        net: request.net,
+        net_isolation: None,
+        fresh_sysfs: false,
+        warnings: Vec::new(),
+    };
+    if let Some(sandbox) = sandbox {
+        let s = sandbox.status();
+        if request.mode != ProtectMode::Off {
+            status.enforcement = s.enforcement;
+            status.reason.clone_from(&s.reason);
+            status.landlock_abi = s.landlock_abi;
+            status.rules = s.landlock_rules;
+            status.no_new_entries_in.clone_from(&s.no_new_entries_in);
+            status.policy.clone_from(&s.rules);
+            let enforced = |r: &&AppliedRule| r.enforced_by != EnforcedBy::Absent;
+            let paths = |access| {
+                s.rules
+                    .iter()
+                    .filter(enforced)
+                    .filter(|r| r.access == access && r.path != Path::new("/"))
+                    .map(|r| r.path.clone())
+                    .collect()
+            };
+            status.read_only = paths(Access::Read);
+            status.writable = paths(Access::Write);
+        }
+        status.dev_shm = s.dev_shm.clone();
+        status.mount_namespace.clone_from(&s.mount_namespace);
+        status.net_isolation.clone_from(&s.net_isolation);
+        status.fresh_sysfs = s.fresh_sysfs;
+    }
+    if request.mode != ProtectMode::Off && status.enforcement != Enforcement::Full {
+        warnings.insert(
+            0,
+            format!(
+                "write protection `{}` is {} on this machine: {}; continuing (use \
+                 --require-protection to refuse instead)",
+                request.mode,
+                match status.enforcement {
+                    Enforcement::Partial => "only partly enforced",
+                    _ => "not enforced",
+                },
+                status.reason.as_deref().unwrap_or("unknown reason"),
+            ),
+        );
+    }
+    if let DevShm::HostFallback { reason } = &status.dev_shm {
+        warnings.push(format!(
+            "the run shares the host's /dev/shm ({reason}); files the command leaves there \
+             are not removed"
+        ));
+    }
+    status.warnings = warnings;
+    status
 }
 
 /// The Landlock ABI to use, or why there is none (including the test-only switches).
@@ -452,26 +528,6 @@ pub(crate) fn enforcement_for_abi(abi: u32) -> (Enforcement, Option<String>) {
         ),
         _ => (Enforcement::Full, None),
     }
-}
-
-/// Checks in a forked child that the network isolation of `--net none` can be set up.
-fn probe_net_isolation() -> Result<String> {
-    linux::probe_in_child(linux::probe_netns).map_err(|e| Error::Unsupported {
-        what: "network isolation (--net none)",
-        reason: format!(
-            "the kernel refused a new network namespace with loopback up: {e}{}",
-            if e.raw_os_error() == Some(libc::EPERM) {
-                " (user namespaces may be disabled: see `cleanroom doctor`)"
-            } else {
-                ""
-            }
-        ),
-    })?;
-    Ok(if rustix::process::geteuid().is_root() {
-        "network namespace".into()
-    } else {
-        "user and network namespace".into()
-    })
 }
 
 #[cfg(test)]
