@@ -550,30 +550,48 @@ fn no_landlock_scenario() {
 }
 
 #[test]
-fn rule_paths_inside_the_hosts_dev_shm_stay_visible_in_a_private_one() {
+fn rule_paths_inside_the_hosts_dev_shm_stay_shared_with_their_rules_in_a_private_one() {
     let dir = tempfile::Builder::new()
         .prefix("cleanroom-policy-shm-")
         .tempdir_in("/dev/shm")
         .unwrap();
     let base = dir.path().canonicalize().unwrap();
     let kept = base.join("kept");
-    fs::create_dir(&kept).unwrap();
+    fs::create_dir_all(kept.join("guarded")).unwrap();
+    fs::write(kept.join("guarded/file.txt"), PRECIOUS).unwrap();
     fs::write(base.join("beside.txt"), PRECIOUS).unwrap();
     chmod_all(&base);
+    let top_level = format!("/dev/shm/cleanroom-policy-top-{}", std::process::id());
+    let _remove = RemoveOnDrop(PathBuf::from(&top_level));
     let mut policy = Policy::new();
     policy.private_dev_shm = true;
-    policy.rule("/", Access::Read, "everything readable").rule(
-        &kept,
-        Access::Write,
-        "a workspace in /dev/shm",
-    );
+    policy
+        .rule("/", Access::Read, "everything readable")
+        .rule(&kept, Access::Write, "a workspace in /dev/shm")
+        .rule(kept.join("guarded"), Access::Read, "read-only inside it");
     let sandbox = compile(&policy);
+    assert_eq!(
+        rule_of(&sandbox, &base).enforced_by,
+        EnforcedBy::ReadOnlyMount
+    );
+    assert_eq!(
+        rule_of(&sandbox, &kept).enforced_by,
+        EnforcedBy::ExposedByMount
+    );
+    assert_eq!(
+        rule_of(&sandbox, &kept.join("guarded")).enforced_by,
+        EnforcedBy::ReadOnlyMount
+    );
     for who in everyone() {
         let mut command = Command::new("sh");
         command
             .args([
                 "-c",
-                &format!("{TRY}\ntry kept:create write new.txt\ntry beside:visible test -e ../beside.txt\ntry skeleton:create write ../made-in-run.txt\n"),
+                &format!(
+                    "{TRY}\ntry kept:create write new.txt\ntry beside:visible test -e ../beside.txt\n\
+                     try beside:create write ../made-in-run.txt\ntry guarded:overwrite write guarded/file.txt\n\
+                     try guarded:create write guarded/new.txt\ntry shm:create write {top_level}\n"
+                ),
             ])
             .current_dir(&kept);
         if who == Who::Nobody {
@@ -581,12 +599,24 @@ fn rule_paths_inside_the_hosts_dev_shm_stay_visible_in_a_private_one() {
         }
         sandbox.configure(&mut command);
         let output = command.output().unwrap();
-        assert_all(&output, "ALLOWED", &["kept:create", "skeleton:create"]);
-        assert_all(&output, "REFUSED", &["beside:visible"]);
+        assert_all(
+            &output,
+            "ALLOWED",
+            &["kept:create", "beside:visible", "shm:create"],
+        );
+        assert_all(
+            &output,
+            "REFUSED",
+            &["beside:create", "guarded:overwrite", "guarded:create"],
+        );
         assert_eq!(fs::read_to_string(kept.join("new.txt")).unwrap(), "new\n");
         fs::remove_file(kept.join("new.txt")).unwrap();
+        assert_eq!(
+            fs::read_to_string(kept.join("guarded/file.txt")).unwrap(),
+            PRECIOUS
+        );
         assert!(
-            !base.join("made-in-run.txt").exists(),
+            !Path::new(&top_level).exists(),
             "a file of the private /dev/shm leaked"
         );
     }

@@ -37,8 +37,8 @@ impl CanonicalRule {
 }
 
 /// Canonicalizes and sorts the rules (parents before children); rules on the same path merge
-/// to the weaker access. Paths that do not exist are kept (reported as absent) but never
-/// compiled.
+/// to the weaker access. Paths that do not exist, or that this user cannot resolve, are kept
+/// (reported as absent) but never compiled.
 pub(super) fn canonical_rules(rules: &[Rule]) -> Result<Vec<CanonicalRule>> {
     let mut out: Vec<CanonicalRule> = Vec::with_capacity(rules.len());
     for rule in rules {
@@ -53,8 +53,12 @@ pub(super) fn canonical_rules(rules: &[Rule]) -> Result<Vec<CanonicalRule>> {
                 let dir = path.is_dir();
                 (path, Some(dir))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (rule.path.clone(), None),
-            Err(e) => return Err(Error::io("resolve a policy path", &rule.path, e)),
+            Err(e) => {
+                // Missing, or not reachable by this user (nor, then, by the child it starts):
+                // nothing to mount over or grant.
+                tracing::debug!(path = %rule.path.display(), "policy path not resolved: {e}");
+                (rule.path.clone(), None)
+            }
         };
         insert(&mut out, path, rule.access, &rule.reason, dir);
     }
@@ -143,8 +147,8 @@ pub(super) fn restricts_anything(rules: &[CanonicalRule]) -> bool {
     !root_writable || existing(rules).any(|r| r.access < Access::Write)
 }
 
-/// Adds the always-writable device files, and `/dev/shm` when it is private, where the rules
-/// give them less than write (not beneath an explicit `none` rule, which hides them).
+/// Adds the always-writable device files where the rules give them less than write (not
+/// beneath an explicit `none` rule, which hides them), and a `/dev/shm` rule when it is private.
 pub(super) fn add_default_rules(
     rules: &mut Vec<CanonicalRule>,
     private_dev_shm: bool,
@@ -161,7 +165,9 @@ pub(super) fn add_default_rules(
         }
         let hidden = existing(rules).any(|r| r.access == Access::None && path.starts_with(&r.path));
         let access = effective_access(existing(rules).map(|r| (r.path.as_path(), r.access)), path);
-        if hidden || access == Access::Write {
+        // A private /dev/shm always gets its own rule: the child grants it on the fresh tmpfs.
+        let needed = access < Access::Write || (private_dev_shm && path == Path::new("/dev/shm"));
+        if hidden || !needed {
             continue;
         }
         match std::fs::symlink_metadata(path) {
@@ -182,17 +188,39 @@ pub(super) fn add_default_rules(
     Ok(())
 }
 
-/// The existing rule paths strictly beneath `dir` that are not beneath another one, with
-/// whether each is a directory.
-pub(super) fn maximal_beneath(rules: &[CanonicalRule], dir: &Path) -> Vec<(PathBuf, bool)> {
-    let mut out: Vec<(PathBuf, bool)> = Vec::new();
-    for rule in existing(rules) {
-        if rule.path.starts_with(dir)
-            && rule.path != dir
-            && !out.iter().any(|(p, _)| rule.path.starts_with(p))
-        {
-            out.push((rule.path.clone(), rule.dir == Some(true)));
+/// The entries of `dir` that hold (or are) one of `beneath`'s existing paths, each as a rule
+/// with the access `outer` gives it (unless a rule names it already), merged into `beneath`.
+/// Returns the entries with whether each is a directory.
+pub(super) fn add_shared_entries(
+    beneath: &mut Vec<CanonicalRule>,
+    outer: &[CanonicalRule],
+    dir: &Path,
+) -> Vec<(PathBuf, bool)> {
+    let mut entries: Vec<PathBuf> = existing(beneath)
+        .filter_map(|r| {
+            let first = r.path.strip_prefix(dir).ok()?.components().next()?;
+            Some(dir.join(first))
+        })
+        .collect();
+    entries.sort();
+    entries.dedup();
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let is_dir = entry.is_dir();
+        if !beneath.iter().any(|r| r.path == entry) {
+            let access = effective_access(
+                existing(outer).map(|r| (r.path.as_path(), r.access)),
+                &entry,
+            );
+            insert(
+                beneath,
+                entry.clone(),
+                access,
+                "shared with the host's /dev/shm: it holds a path of the policy",
+                Some(is_dir),
+            );
         }
+        out.push((entry, is_dir));
     }
     out
 }
@@ -248,7 +276,12 @@ pub(super) fn compile(all: &[CanonicalRule], mounts: bool) -> Result<Compiled> {
     let rules: Vec<&CanonicalRule> = existing(all).collect();
     let mut out = Compiled::default();
     if mounts {
-        compile_with_mounts(&rules, &mut out)?;
+        let top = Frame {
+            path: Path::new("/"),
+            granted: Access::None,
+            cap: Access::Write,
+        };
+        compile_with_mounts(&rules, top, &mut out)?;
     } else {
         let root = rules.iter().find(|r| r.path == Path::new("/"));
         let inside: Vec<&CanonicalRule> = rules
@@ -281,12 +314,32 @@ struct Frame<'a> {
     cap: Access,
 }
 
-fn compile_with_mounts(rules: &[&CanonicalRule], out: &mut Compiled) -> Result<()> {
+/// Compiles the rules beneath `dir`, a private tmpfs whose root the child grants `write`:
+/// narrower rules become mounts whatever the strategy (Landlock rights reach into everything
+/// beneath the tmpfs root, so only mounts can narrow there).
+pub(super) fn compile_private(rules: &[CanonicalRule], dir: &Path) -> Result<Compiled> {
+    let rules: Vec<&CanonicalRule> = existing(rules).collect();
+    let mut out = Compiled::default();
     let top = Frame {
-        path: Path::new("/"),
-        granted: Access::None,
+        path: dir,
+        granted: Access::Write,
         cap: Access::Write,
     };
+    compile_with_mounts(&rules, top, &mut out)?;
+    out.grants.clear();
+    Ok(out)
+}
+
+/// Moves the rules strictly beneath `dir` out of `rules`.
+pub(super) fn split_beneath(rules: &mut Vec<CanonicalRule>, dir: &Path) -> Vec<CanonicalRule> {
+    let (beneath, rest): (Vec<_>, Vec<_>) = std::mem::take(rules)
+        .into_iter()
+        .partition(|r| r.path.starts_with(dir) && r.path != dir);
+    *rules = rest;
+    beneath
+}
+
+fn compile_with_mounts(rules: &[&CanonicalRule], top: Frame, out: &mut Compiled) -> Result<()> {
     let mut stack: Vec<Frame> = Vec::new();
     for rule in rules {
         while stack.last().is_some_and(|f| !rule.path.starts_with(f.path)) {

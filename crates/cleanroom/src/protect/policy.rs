@@ -281,6 +281,7 @@ impl Sandbox {
     pub fn compile(policy: &Policy) -> Result<Sandbox> {
         let mut rules = compile::canonical_rules(&policy.rules)?;
         let isolate_net = policy.network == Network::Loopback;
+        let dev_shm = Path::new("/dev/shm");
         let narrowing = compile::has_narrowing(&rules);
         let wants_mounts = policy.private_dev_shm
             || isolate_net
@@ -296,7 +297,13 @@ impl Sandbox {
                 reason,
             })?;
         }
-        let use_mounts = narrowing
+        let private_shm = policy.private_dev_shm && mount_ns.is_ok();
+        let mut in_dev_shm = match private_shm {
+            true => compile::split_beneath(&mut rules, dev_shm),
+            false => Vec::new(),
+        };
+        let shared = compile::add_shared_entries(&mut in_dev_shm, &rules, dev_shm);
+        let use_mounts = compile::has_narrowing(&rules)
             && match (policy.narrowing, &mount_ns) {
                 (Narrowing::Cover, _) | (Narrowing::MountElseCover, Err(_)) => false,
                 (_, Ok(())) => true,
@@ -307,9 +314,7 @@ impl Sandbox {
                     })
                 }
             };
-        let private_shm = policy.private_dev_shm && mount_ns.is_ok();
         compile::add_default_rules(&mut rules, private_shm)?;
-        let kept_in_dev_shm = compile::maximal_beneath(&rules, Path::new("/dev/shm"));
 
         let mut builder = Builder::new(policy.network, mount_ns.is_ok());
         match super::landlock_support() {
@@ -317,7 +322,7 @@ impl Sandbox {
             Err(reason) => builder.without_landlock(policy, reason, rules)?,
         }
         if policy.private_dev_shm {
-            builder.dev_shm(mount_ns.as_ref().err(), &kept_in_dev_shm)?;
+            builder.dev_shm(mount_ns.as_ref().err(), in_dev_shm, &shared)?;
         }
         if isolate_net && mount_ns.is_ok() {
             builder.fresh_sysfs()?;
@@ -477,23 +482,11 @@ impl Builder {
         self.status
             .no_new_entries_in
             .clone_from(&compiled.no_new_entries_in);
-        for mount in &compiled.mounts {
-            let path = c_path(&mount.path)?;
-            let step = match mount.kind {
-                MountKind::ReadOnly => MountStep::ReadOnly { path },
-                MountKind::HideDir => MountStep::HideDir { path },
-                MountKind::HideFile => MountStep::HideFile { path },
-                MountKind::Expose => {
-                    let slot = self.keep(&mount.path)?;
-                    MountStep::Expose { path, slot }
-                }
-            };
-            self.steps.push(step);
-        }
-        if !compiled.mounts.is_empty() {
+        let steps = self.mount_steps(&compiled)?;
+        if !steps.is_empty() {
             self.mount_ns = true;
-            self.status.dropped_capabilities = vec!["CAP_SYS_ADMIN".into()];
         }
+        self.steps.extend(steps);
         self.status.rules = rules
             .into_iter()
             .map(|r| {
@@ -515,34 +508,28 @@ impl Builder {
         Ok(slot)
     }
 
-    /// A private `/dev/shm` (when `unavailable` is `None`), with the rule paths beneath the
-    /// host's `/dev/shm` (`kept`: a run's root or working directory may live there) put back
-    /// into it on directories and files created as their mount points.
-    fn dev_shm(&mut self, unavailable: Option<&String>, kept: &[(PathBuf, bool)]) -> Result<()> {
+    /// A private `/dev/shm` (when `unavailable` is `None`). The entries of the host's
+    /// `/dev/shm` that hold a path of the policy (`shared`: a run's root or working directory may
+    /// live there) are put back into it, on directories and files created as their mount points,
+    /// and the rules beneath (`beneath`, with those entries at the access the rest of the policy
+    /// gives them) are enforced there by mounts.
+    fn dev_shm(
+        &mut self,
+        unavailable: Option<&String>,
+        beneath: Vec<CanonicalRule>,
+        shared: &[(PathBuf, bool)],
+    ) -> Result<()> {
         if let Some(reason) = unavailable {
             self.status.dev_shm = DevShm::HostFallback {
                 reason: reason.clone(),
             };
             return Ok(());
         }
-        let shm = Path::new("/dev/shm");
-        let mut steps = vec![MountStep::Tmpfs { path: c_path(shm)? }];
-        let mut made: Vec<PathBuf> = Vec::new();
-        for (path, dir) in kept {
-            let mut missing: Vec<&Path> = path
-                .ancestors()
-                .skip(1)
-                .take_while(|a| *a != shm)
-                .filter(|a| !made.iter().any(|m| m == a))
-                .collect();
-            missing.reverse();
-            for ancestor in missing {
-                steps.push(MountStep::MakeDir {
-                    path: c_path(ancestor)?,
-                });
-                made.push(ancestor.to_path_buf());
-            }
-            let point = c_path(path)?;
+        let mut steps = vec![MountStep::Tmpfs {
+            path: c_path(Path::new("/dev/shm"))?,
+        }];
+        for (entry, dir) in shared {
+            let point = c_path(entry)?;
             steps.push(match dir {
                 true => MountStep::MakeDir {
                     path: point.clone(),
@@ -551,14 +538,43 @@ impl Builder {
                     path: point.clone(),
                 },
             });
-            let slot = self.keep(path)?;
+            let slot = self.keep(entry)?;
             steps.push(MountStep::Expose { path: point, slot });
         }
+        let compiled = compile::compile_private(&beneath, Path::new("/dev/shm"))?;
+        steps.extend(self.mount_steps(&compiled)?);
+        self.status.rules.extend(beneath.into_iter().map(|r| {
+            let by = compiled.enforced_by(&r);
+            r.applied(by)
+        }));
+        self.status.rules.sort_by(|a, b| a.path.cmp(&b.path));
         self.mount_ns = true;
         self.status.dev_shm = DevShm::Private;
         // First, so the policy's own mounts still apply inside what was put back.
         self.steps.splice(0..0, steps);
         Ok(())
+    }
+
+    /// The child's steps for `compiled`'s mounts; marks the mounts protective when they
+    /// narrow anything.
+    fn mount_steps(&mut self, compiled: &compile::Compiled) -> Result<Vec<MountStep>> {
+        let mut steps = Vec::with_capacity(compiled.mounts.len());
+        for mount in &compiled.mounts {
+            let path = c_path(&mount.path)?;
+            steps.push(match mount.kind {
+                MountKind::ReadOnly => MountStep::ReadOnly { path },
+                MountKind::HideDir => MountStep::HideDir { path },
+                MountKind::HideFile => MountStep::HideFile { path },
+                MountKind::Expose => {
+                    let slot = self.keep(&mount.path)?;
+                    MountStep::Expose { path, slot }
+                }
+            });
+            if mount.kind != MountKind::Expose {
+                self.status.dropped_capabilities = vec!["CAP_SYS_ADMIN".into()];
+            }
+        }
+        Ok(steps)
     }
 
     /// `/sys` replaced by a sysfs of the new network namespace, its submounts moved back.
