@@ -79,7 +79,10 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::env::{ChildEnv, PassedConfig, RealHome, ToolchainHome};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+use crate::env::{ChildEnv, HostFacts, PassedConfig, RealHome, ToolchainHome};
 use crate::{Error, Result};
 
 pub use policy::{
@@ -219,10 +222,22 @@ impl ProtectionRequest {
     /// configuration and output directories come from it; no extra paths, the host network,
     /// enforcement not required.
     pub fn new(mode: ProtectMode, env: &ChildEnv, root: &Path, cwd: &Path) -> ProtectionRequest {
+        ProtectionRequest::from_facts(mode, &env.facts, &env.vars, root, cwd)
+    }
+
+    /// Like [`ProtectionRequest::new`], from what was resolved of the host and the variables the
+    /// child would get.
+    pub fn from_facts(
+        mode: ProtectMode,
+        facts: &HostFacts,
+        vars: &BTreeMap<OsString, OsString>,
+        root: &Path,
+        cwd: &Path,
+    ) -> ProtectionRequest {
         let output_dirs = project::WRITABLE_VARS
             .iter()
             .filter_map(|var| {
-                let value = env.vars.get(std::ffi::OsStr::new(var))?;
+                let value = vars.get(std::ffi::OsStr::new(var))?;
                 Some((var.to_string(), cwd.join(value)))
             })
             .collect();
@@ -232,16 +247,34 @@ impl ProtectionRequest {
             allow_write: Vec::new(),
             net: NetMode::Host,
             require: false,
-            homes: env.facts.homes.clone(),
-            home_notes: env.facts.home_notes.clone(),
+            homes: facts.homes.clone(),
+            home_notes: facts.home_notes.clone(),
             root: root.to_path_buf(),
             cwd: cwd.to_path_buf(),
-            toolchain: env.facts.toolchain.clone(),
-            home_caches: env.facts.home_caches.clone(),
-            config: env.facts.config.clone(),
+            toolchain: facts.toolchain.clone(),
+            home_caches: facts.home_caches.clone(),
+            config: facts.config.clone(),
             output_dirs,
         }
     }
+}
+
+/// The rules `--protect mode` gives a run started in `cwd` with the host environment `host`,
+/// its root shown as `root`, and the warnings it would print (for `cleanroom doctor`).
+pub fn preview(
+    mode: ProtectMode,
+    host: &BTreeMap<OsString, OsString>,
+    cwd: &Path,
+    root: &Path,
+) -> Result<(Vec<Rule>, Vec<String>)> {
+    let facts = HostFacts::resolve(host, &crate::env::EnvOptions::default());
+    let request = ProtectionRequest::from_facts(mode, &facts, host, root, cwd);
+    let mut warnings = Vec::new();
+    let mut rules = modes::policy(&request, &mut warnings)?
+        .map(|policy| policy.rules)
+        .unwrap_or_default();
+    rules.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((rules, warnings))
 }
 
 /// How much of the requested filesystem policy the kernel enforces; ordered from weakest.
