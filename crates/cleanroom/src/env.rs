@@ -1,13 +1,18 @@
 //! The child's environment: what is pinned inside the root, what is passed through from the host,
-//! and which toolchain homes keep pointing at the user's real ones.
+//! which toolchain homes and configuration files keep pointing at the user's real ones, and what
+//! the user's real homes are.
 //!
 //! Invariants:
 //! - HOME, TMPDIR/TMP/TEMP and XDG_{CONFIG,CACHE,DATA,STATE}_HOME/XDG_RUNTIME_DIR always point
 //!   inside the root, whatever the host says;
 //! - a tool-home variable ([`TOOL_HOMES`], and every `--pin VAR`) never keeps its host value: it
 //!   is re-pointed to `homes/<VAR>` inside the root;
-//! - toolchain homes ([`TOOLCHAIN_HOMES`]) are resolved against the *real* HOME before HOME moves,
-//!   so `cargo test --offline`, `go test`, `npm test` keep their toolchains and caches;
+//! - the real homes come from the password database (the real uid's entry), plus `$HOME` when it
+//!   is another absolute, existing directory; never from `$HOME` alone ([`real_homes`]);
+//! - toolchain homes ([`TOOLCHAIN_HOMES`]) and host configuration ([`CONFIG_PASS_THROUGH`]) are
+//!   resolved against the real homes before HOME moves, so `cargo test --offline`, `go test`,
+//!   `npm test` keep their toolchains, caches and registries (protection keeps them read-only
+//!   but for their caches);
 //! - every process of the run carries `CLEANROOM_RUN_ID`, which is how gc finds what a killed
 //!   runner left behind.
 

@@ -85,15 +85,7 @@ impl Tree {
             drop_to_nobody(&mut command);
         }
         sandbox.configure(&mut command);
-        let output = command.output().expect("spawn the sandboxed child");
-        assert!(
-            output.status.success(),
-            "child failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        output
+        checked_output(&mut command)
     }
 
     fn unchanged(&self, rel: &str) {

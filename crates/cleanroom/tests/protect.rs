@@ -126,15 +126,7 @@ impl Fixture {
             .env("O", &self.outside)
             .env("A", &self.allowed);
         protection.configure(&mut command);
-        let output = command.output().expect("spawn the protected child");
-        assert!(
-            output.status.success(),
-            "child failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        output
+        checked_output(&mut command)
     }
 
     /// Every entry under `dir` with its content (directories as "<dir>"), for before/after
@@ -792,15 +784,7 @@ fn net_none_output(who: Who, script: &str) -> Output {
         drop_to_nobody(&mut command);
     }
     protection.configure(&mut command);
-    let output = command.output().expect("spawn in a network namespace");
-    assert!(
-        output.status.success(),
-        "{:?}\n{}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
+    checked_output(&mut command)
 }
 
 const LOOPBACK_PAIR: &str = r#"perl -MIO::Socket::INET -e '

@@ -1,45 +1,55 @@
-//! Protection: kernel-enforced write protection (Landlock) and network isolation for a run.
+//! Protection: what a run's command may do to the filesystem and the network, enforced by the
+//! kernel (Landlock, mount and network namespaces).
 //!
-//! This module owns the policy a run's command gets from the kernel: which paths it may write
-//! (`--protect off|home|strict`, `--protect-path`, `--allow-write`) and whether it sees the host
-//! network (`--net host|none`).
+//! This module owns `--protect off|home|strict` (with `--protect-path`, `--allow-write`) and
+//! `--net host|none`. Every mode is a [`Policy`] of the one engine in [`policy`] (path rules,
+//! most specific path wins), which the exec-server also uses for Codex's sandbox policies.
 //!
 //! Invariant: the policy is built in the parent ([`Protection::prepare`]) and applied in the
 //! child before exec ([`Protection::configure`]) with nothing but raw system calls (no
 //! allocation after fork), so it covers the whole process tree of the command; what the kernel
-//! could not enforce is always reported in [`ProtectionStatus`], and is an error when the caller
-//! required enforcement.
+//! could not enforce, and every guarantee that shrank (no home found, the working directory not
+//! made writable, no private `/dev/shm`), is reported in [`ProtectionStatus`] and warned about,
+//! and is an error when the caller required enforcement.
 //!
 //! # Modes
-//! - `off`: no kernel policy.
-//! - `home` (default): the real home and every `--protect-path` are read-only; everything else
-//!   behaves as without cleanroom. Landlock is an allowlist, so this is built as a *cover*: the
-//!   write-side rights are handled, and granted on every top-level path that is not an ancestor
-//!   of a protected path; ancestors are descended and their other entries granted; protected
-//!   paths get no rule. Reads are not handled at all (everything stays readable and executable).
-//! - `strict`: writes only beneath the root, the working directory, `--allow-write` paths and
-//!   the device files in [`DEVICE_FILES`]. Toolchain caches are not writable unless named with
-//!   `--allow-write` (offline `cargo test` with its dependencies already unpacked needs none;
-//!   `go test` needs `GOCACHE`).
+//! - `off`: no kernel policy (with `--net none`, only the network namespace).
+//! - `home` (default): read-only are the real homes (the password database's home of the real
+//!   uid, and `$HOME` when it is another real directory; never `$HOME` alone), every
+//!   `--protect-path`, the toolchain homes kept at their real location (binaries, env scripts,
+//!   configuration: `$CARGO_HOME/env`, `$CARGO_HOME/bin`) and the configuration files passed
+//!   through (`~/.npmrc`, `~/.gitconfig`, ...). Writable inside them, most specific path
+//!   winning: the root, the working directory, its project root (see below), output directories
+//!   named by [`WRITABLE_VARS`], the cache parts of toolchain homes (`registry/`, `git/`, module
+//!   and build caches) and `--allow-write`. Everything else behaves as without cleanroom.
+//!   Without any home to protect the run warns, or fails under `--require-protection`.
+//! - `strict`: writes only beneath the root, the working directory (never `/`: from `/` it stays
+//!   read-only, with a warning), `--allow-write`, the device files of [`DEVICE_FILES`] and a
+//!   private `/dev/shm`. Toolchain caches are not writable unless named with `--allow-write`.
+//!   Under `strict` the child's `CLEANROOM_STATE_DIR` names a namespace inside the run's root,
+//!   so a nested `cleanroom run` works and writes only there.
 //!
-//! In both modes these are always writable, even inside a protected path ("the most specific
-//! path wins"): the root, the working directory, `allow_write`, and in `home` mode the toolchain
-//! caches the environment keeps at their real location (`env::TOOLCHAIN_HOMES` marked as caches). A protected path that *equals* one of them stays protected.
-//! All paths are canonicalized first (Landlock rules bind inodes), so a protected directory is
-//! protected whatever spelling the command uses: absolute, relative, through a symlink.
+//! The **project root** of the working directory is the top of the nearest enclosing checkout
+//! (`.git`, `.hg`, `.jj`), else the outermost cargo, npm or go workspace (or package) root
+//! containing it; one that is, or contains, a protected path (a dotfiles repository in the home)
+//! is skipped. `.git` inside it stays as the user's permissions allow.
 //!
-//! The policy applies from exec on: descriptors the command inherits keep their rights, and
-//! `prepare` forks a short probe child for `--net none`, reaped by its pid (a runner that reaps
-//! with `waitpid(-1)` on another thread could steal it).
+//! `home` and `strict` give the run a private `/dev/shm` where a mount namespace can be made
+//! (root always; an ordinary user through a user namespace mapping their own uid, in which files
+//! of other owners show as the overflow uid 65534). Where none can be made (inside another
+//! Landlock domain), the run shares the host's `/dev/shm`, says so, and removes nothing there:
+//! it cannot prove what the command created.
 //!
-//! Known limits of the cover (inherent to an allowlist): new entries cannot be created directly
-//! inside an *ancestor* of a protected path (with the home `/root`, nothing new in `/`); entries
-//! of such ancestors created after [`Protection::prepare`] are read-only; a bind mount of a
-//! protected directory elsewhere is not protected. Landlock governs content and directory
-//! entries, not metadata: timestamps (`touch` of an existing file), mode, owner and extended
-//! attributes of protected files can still be changed where ordinary permissions allow it.
-//! `no_new_privs` is set, so set-uid programs do not gain privileges inside the run.
-//!
+//! `home` is compiled with [`Narrowing::Cover`] (Landlock alone: exact on inodes, no capability
+//! dropped, works nested): new entries cannot be created directly in an *ancestor* of a
+//! protected path (with the home `/root`, nothing new in `/`); entries of such ancestors created
+//! after [`Protection::prepare`] are read-only; a bind mount of a protected directory elsewhere
+//! is not protected. Landlock governs content and directory entries, not metadata: timestamps
+//! (`touch` of an existing file), mode, owner and extended attributes of protected files can
+//! still be changed where ordinary permissions allow it. `no_new_privs` is set, so set-uid
+//! programs do not gain privileges inside the run. All paths are canonicalized first, so a
+//! protected directory is protected whatever spelling the command uses.
+
 //! # Landlock ABI levels
 //! The kernel's ABI is asked with `landlock_create_ruleset(.., LANDLOCK_CREATE_RULESET_VERSION)`
 //! and the ruleset handles what that ABI knows (capped at ABI 7, the newest this module was
@@ -64,7 +74,9 @@
 //! `--net none` puts the command in a new network namespace whose only interface, `lo`, is up:
 //! as root a plain network namespace; otherwise a user namespace with it, mapping the user's own
 //! uid/gid to themselves (the command keeps its identity and gains nothing outside). Anything
-//! beyond loopback fails at once with "network unreachable".
+//! beyond loopback fails at once with "network unreachable". `/sys` is replaced by a fresh
+//! sysfs of the new network namespace (its submounts, such as the cgroup hierarchies, moved
+//! back onto it), so `/sys/class/net` lists only `lo`.
 
 mod compile;
 pub(crate) mod linux;

@@ -53,43 +53,56 @@ pub(super) fn project_root(cwd: &Path, protected: &[PathBuf]) -> Option<ProjectR
 
 /// The nearest ancestor whose `Cargo.toml` has a `[workspace]` table, else the nearest package.
 fn cargo_root(cwd: &Path) -> Option<ProjectRoot> {
-    let manifests: Vec<&Path> = cwd
-        .ancestors()
-        .filter(|d| d.join("Cargo.toml").is_file())
-        .collect();
-    let workspace = manifests.iter().find(|d| {
-        std::fs::read_to_string(d.join("Cargo.toml"))
-            .is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"))
-    });
-    match (workspace, manifests.first()) {
-        (Some(dir), _) => Some(root(
-            dir,
-            "project root: the cargo workspace (Cargo.toml with [workspace])",
-        )),
-        (None, Some(dir)) => Some(root(dir, "project root: the cargo package (Cargo.toml)")),
-        (None, None) => None,
-    }
+    manifest_root(
+        cwd,
+        "Cargo.toml",
+        |bytes| {
+            String::from_utf8_lossy(bytes)
+                .lines()
+                .any(|l| l.trim() == "[workspace]")
+        },
+        [
+            "cargo workspace (Cargo.toml with [workspace])",
+            "cargo package (Cargo.toml)",
+        ],
+    )
 }
 
 /// The nearest ancestor whose `package.json` declares `workspaces`, else the nearest package.
 fn npm_root(cwd: &Path) -> Option<ProjectRoot> {
-    let manifests: Vec<&Path> = cwd
+    manifest_root(
+        cwd,
+        "package.json",
+        |bytes| {
+            serde_json::from_slice::<serde_json::Value>(bytes)
+                .is_ok_and(|json| json.get("workspaces").is_some())
+        },
+        [
+            "npm workspace (package.json with workspaces)",
+            "npm package (package.json)",
+        ],
+    )
+}
+
+/// The nearest ancestor of `cwd` whose `manifest` declares a workspace, else the nearest one
+/// with a `manifest`; `names` says what each is.
+fn manifest_root(
+    cwd: &Path,
+    manifest: &str,
+    declares_workspace: impl Fn(&[u8]) -> bool,
+    [workspace, package]: [&str; 2],
+) -> Option<ProjectRoot> {
+    let dirs: Vec<&Path> = cwd
         .ancestors()
-        .filter(|d| d.join("package.json").is_file())
+        .filter(|d| d.join(manifest).is_file())
         .collect();
-    let workspace = manifests.iter().find(|d| {
-        std::fs::read(d.join("package.json"))
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
-            .is_some_and(|json| json.get("workspaces").is_some())
-    });
-    match (workspace, manifests.first()) {
-        (Some(dir), _) => Some(root(
-            dir,
-            "project root: the npm workspace (package.json with workspaces)",
-        )),
-        (None, Some(dir)) => Some(root(dir, "project root: the npm package (package.json)")),
-        (None, None) => None,
+    let root_of = |dir: &Path, what: &str| root(dir, &format!("project root: the {what}"));
+    match dirs
+        .iter()
+        .find(|d| std::fs::read(d.join(manifest)).is_ok_and(|b| declares_workspace(&b)))
+    {
+        Some(dir) => Some(root_of(dir, workspace)),
+        None => dirs.first().map(|dir| root_of(dir, package)),
     }
 }
 

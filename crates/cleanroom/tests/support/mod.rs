@@ -135,3 +135,17 @@ pub fn drop_to_nobody(command: &mut Command) {
         });
     }
 }
+
+/// Runs `command` to completion and asserts it succeeded, showing its output when not.
+#[track_caller]
+pub fn checked_output(command: &mut Command) -> Output {
+    let output = command.output().expect("spawn the child");
+    assert!(
+        output.status.success(),
+        "child failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
