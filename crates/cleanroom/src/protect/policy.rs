@@ -281,23 +281,9 @@ impl Sandbox {
     pub fn compile(policy: &Policy) -> Result<Sandbox> {
         let mut rules = compile::canonical_rules(&policy.rules)?;
         let isolate_net = policy.network == Network::Loopback;
-        let dev_shm = Path::new("/dev/shm");
-        let narrowing = compile::has_narrowing(&rules);
-        let wants_mounts = policy.private_dev_shm
-            || isolate_net
-            || (narrowing && policy.narrowing != Narrowing::Cover);
-        let mount_ns = if wants_mounts {
-            namespaces_available(true, isolate_net)
-        } else {
-            Err("not needed".to_string())
-        };
-        if isolate_net && mount_ns.is_err() {
-            namespaces_available(false, true).map_err(|reason| Error::Unsupported {
-                what: "network isolation (a network namespace with only loopback)",
-                reason,
-            })?;
-        }
+        let mount_ns = mount_namespace(policy, compile::has_narrowing(&rules))?;
         let private_shm = policy.private_dev_shm && mount_ns.is_ok();
+        let dev_shm = Path::new("/dev/shm");
         let mut in_dev_shm = match private_shm {
             true => compile::split_beneath(&mut rules, dev_shm),
             false => Vec::new(),
@@ -642,6 +628,26 @@ impl Builder {
 fn c_path(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| Error::Invalid(format!("path {} contains a NUL byte", path.display())))
+}
+
+/// Whether the child can have a private mount namespace (`Err`: why not, or that it is not
+/// needed). A loopback network that cannot be made is an error.
+fn mount_namespace(policy: &Policy, narrowing: bool) -> Result<std::result::Result<(), String>> {
+    let isolate_net = policy.network == Network::Loopback;
+    let wants = policy.private_dev_shm
+        || isolate_net
+        || (narrowing && policy.narrowing != Narrowing::Cover);
+    if !wants {
+        return Ok(Err("not needed".into()));
+    }
+    let mount_ns = namespaces_available(true, isolate_net);
+    if isolate_net && mount_ns.is_err() {
+        namespaces_available(false, true).map_err(|reason| Error::Unsupported {
+            what: "network isolation (a network namespace with only loopback)",
+            reason,
+        })?;
+    }
+    Ok(mount_ns)
 }
 
 /// Test-only switch: set to `1`, this process behaves as if no private mount namespace could be
