@@ -530,7 +530,7 @@ fn status_of(
     }
     if let DevShm::HostFallback { reason } = &status.dev_shm {
         warnings.push(format!(
-            "the run shares the host's /dev/shm ({reason}); files the command leaves there \
+            "the run shares the /dev/shm cleanroom was started with ({reason}); files the command leaves there \
              are not removed"
         ));
     }

@@ -173,6 +173,32 @@ pub(crate) fn probe_in_child(body: impl Fn() -> i32) -> io::Result<()> {
     }
 }
 
+/// Whether this process may mount (so a child of it, as root, can set up a private mount
+/// namespace), asked without changing anything: a propagation change with two contradictory
+/// flags passes the security hooks (Landlock refuses every mount with `EPERM`) and the
+/// capability check, then fails with `EINVAL` before it acts. `Err` is the errno.
+pub(crate) fn may_mount_here() -> std::result::Result<(), i32> {
+    // SAFETY: NULL source, type and data; a NUL-terminated target; integer flags. The call
+    // cannot succeed (MS_SHARED and MS_SLAVE together are invalid), so nothing changes.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_SHARED | libc::MS_SLAVE,
+            std::ptr::null(),
+        )
+    };
+    let errno = io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO);
+    match (rc, errno) {
+        (0, _) => Ok(()),
+        (_, libc::EINVAL) => Ok(()),
+        (_, errno) => Err(errno),
+    }
+}
+
 /// Probe body: the network isolation `run --net none` would set up. Returns 0 or an errno.
 pub(crate) fn probe_netns() -> i32 {
     child::probe_namespaces(false, true)
