@@ -213,12 +213,19 @@ pub struct RunOptions {
     /// Refuse to run (exit 125) when the kernel cannot enforce the protection asked for
     #[arg(long)]
     pub require_protection: bool,
-    /// Remove *KEY*, *SECRET*, *TOKEN*, *PASSWORD* variables from the command's environment
+    /// Remove credential-looking variables (names with KEY, SECRET, TOKEN, PASSWORD, PAT, JWT,
+    /// AUTH...; URLs with a user or password) from the command's environment
     #[arg(long)]
     pub drop_secrets: bool,
     /// Keep NAME even with --drop-secrets (repeatable)
     #[arg(long, value_name = "NAME")]
     pub keep_env: Option<Vec<String>>,
+    /// Pass none of the host's tool configuration (git, npm, pip) through: a hermetic home
+    #[arg(long)]
+    pub pure_home: bool,
+    /// Also pass the real ~/.netrc (credentials) through, read-only
+    #[arg(long)]
+    pub pass_netrc: bool,
     /// Wait for, then hold, the exclusive lock NAME for the whole run (repeatable or
     /// comma-separated)
     #[arg(
@@ -275,6 +282,8 @@ impl RunOptions {
             RunBuilder::drop_secrets,
         );
         b = set(b, self.keep_env, RunBuilder::keep_env);
+        b = set(b, self.pure_home.then_some(true), RunBuilder::pure_home);
+        b = set(b, self.pass_netrc.then_some(true), RunBuilder::pass_netrc);
         b = set(b, self.exclusive, RunBuilder::exclusive);
         b = set(
             b,

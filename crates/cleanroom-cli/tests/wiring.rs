@@ -20,7 +20,8 @@
 //! | `--pin` | run.rs `pinned_variables_point_inside_the_root_which_is_gone_afterwards`; config.rs precedence test |
 //! | `--keep-root` | run.rs `keep_root_keeps_it_and_gc_kept_reclaims_it` |
 //! | `--net none` | protection.rs `net_none_leaves_only_loopback_up` |
-//! | `--require-protection` | protection.rs `require_protection_refuses_to_start_where_landlock_is_absent` |
+//! | `--require-protection` | protection.rs `require_protection_refuses_to_start_where_landlock_is_absent`, `a_user_without_any_home_is_refused_under_require_protection_and_warned_otherwise` |
+//! | `--pure-home`, `--pass-netrc` | protection.rs `pure_home_passes_no_configuration_and_pass_netrc_passes_it_read_only` |
 //! | `--report` | run.rs `the_report_file_carries_the_documented_fields`; cli.rs `--report` tests |
 //! | `--config`, `--no-config`, `CLEANROOM_CONFIG` | config.rs `a_config_others_could_have_written_is_refused_unless_named` |
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use cleanroom::contain::{ContainMode, Container, Mechanism};
 use cleanroom::env::EnvOptions;
-use cleanroom::protect::{NetMode, ProtectMode, Protection, ProtectionRequest};
+use cleanroom::protect::{ProtectMode, Protection, ProtectionRequest};
 use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
 use serde_json::{json, Value};
@@ -85,22 +85,12 @@ impl Environment {
             },
         )?;
         let child = cleanroom::env::build(&host, root.layout(), root.path(), &run_id, &env_options);
-        let protection = Protection::prepare(&ProtectionRequest {
-            mode: options.protect,
-            protect_paths: Vec::new(),
-            allow_write: Vec::new(),
-            net: NetMode::Host,
-            require: false,
-            real_home: child.real_home.clone(),
-            root: root.path().to_path_buf(),
-            cwd: options.cwd.clone(),
-            writable_caches: child
-                .toolchain
-                .iter()
-                .filter(|t| t.cache)
-                .map(|t| t.path.clone())
-                .collect(),
-        });
+        let protection = Protection::prepare(&ProtectionRequest::new(
+            options.protect,
+            &child,
+            root.path(),
+            &options.cwd,
+        ));
         let protection = match protection {
             Ok(protection) => protection,
             Err(e) => {
@@ -109,12 +99,18 @@ impl Environment {
             }
         };
         let status = protection.status();
-        match status.warning() {
-            Some(warning) => tracing::warn!("{warning}"),
-            None => tracing::info!("protection: {status}"),
+        for warning in &status.warnings {
+            tracing::warn!("{warning}");
         }
-        let base: BTreeMap<String, String> = child
-            .vars
+        tracing::info!("protection: {status}");
+        let mut vars = child.vars;
+        vars.extend(
+            protection
+                .child_env()
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into())),
+        );
+        let base: BTreeMap<String, String> = vars
             .into_iter()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();

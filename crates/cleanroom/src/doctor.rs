@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::protect::{self, linux, Enforcement};
+use crate::protect::{self, linux, Enforcement, ProtectMode, Rule};
 
 /// The answer to "can this machine do X", with the evidence.
 #[derive(Clone, Debug, Serialize)]
@@ -99,6 +99,15 @@ pub struct DoctorReport {
     pub protection: Decision,
     /// Whether `--net none` works: `available` or `unavailable`.
     pub net_none: Decision,
+    /// Whether runs get a private `/dev/shm` (a tmpfs in a private mount namespace).
+    pub dev_shm: Decision,
+    /// The rules `--protect home` gives a run started here: which paths are read-only and
+    /// which writable, and why (the run's root shown as `<root>`).
+    pub home_policy: Vec<Rule>,
+    /// The working directory those rules were computed for.
+    pub cwd: Option<PathBuf>,
+    /// What such a run would warn about (no home found, ...), or why no policy could be built.
+    pub home_policy_warnings: Vec<String>,
 }
 
 /// Probes this machine.
@@ -180,6 +189,36 @@ pub fn probe() -> DoctorReport {
         }
     };
 
+    let dev_shm = match linux::probe_in_child(|| linux::child::probe_namespaces(true, false)) {
+        Ok(()) => Decision {
+            choice: "private".into(),
+            reason: "a fresh tmpfs in a private mount namespace per run: nothing written to \
+                     /dev/shm survives the run"
+                .into(),
+        },
+        Err(e) => Decision {
+            choice: "host".into(),
+            reason: format!(
+                "no private mount namespace ({e}); runs share the host's /dev/shm and files left \
+                 there are not removed"
+            ),
+        },
+    };
+    let cwd = std::env::current_dir().ok();
+    let (home_policy, home_policy_warnings) = match &cwd {
+        Some(cwd) => protect::preview(
+            ProtectMode::Home,
+            &crate::env::host_env(),
+            cwd,
+            Path::new("<root>"),
+        )
+        .unwrap_or_else(|e| (Vec::new(), vec![e.to_string()])),
+        None => (
+            Vec::new(),
+            vec!["the working directory cannot be read".into()],
+        ),
+    };
+
     DoctorReport {
         format: "cleanroom-doctor",
         version: 1,
@@ -197,6 +236,10 @@ pub fn probe() -> DoctorReport {
         containment,
         protection,
         net_none,
+        dev_shm,
+        home_policy,
+        cwd,
+        home_policy_warnings,
     }
 }
 
@@ -358,9 +401,29 @@ impl fmt::Display for DoctorReport {
             ("containment", &self.containment),
             ("protect home", &self.protection),
             ("--net none", &self.net_none),
+            ("/dev/shm", &self.dev_shm),
         ];
         for (name, decision) in decisions {
             writeln!(f, "  {name:<19} {}: {}", decision.choice, decision.reason)?;
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "a run from {} with --protect home (most specific path wins)",
+            self.cwd
+                .as_deref()
+                .map_or_else(|| "?".into(), |p| p.display().to_string())
+        )?;
+        for rule in &self.home_policy {
+            let access = match rule.access {
+                protect::Access::Write => "writable ",
+                protect::Access::Read => "read-only",
+                protect::Access::None => "hidden   ",
+            };
+            writeln!(f, "  {access} {}  ({})", rule.path.display(), rule.reason)?;
+        }
+        for warning in &self.home_policy_warnings {
+            writeln!(f, "  warning: {warning}")?;
         }
         Ok(())
     }

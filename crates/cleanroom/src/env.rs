@@ -1,18 +1,24 @@
 //! The child's environment: what is pinned inside the root, what is passed through from the host,
-//! and which toolchain homes keep pointing at the user's real ones.
+//! which toolchain homes and configuration files keep pointing at the user's real ones, and what
+//! the user's real homes are.
 //!
 //! Invariants:
 //! - HOME, TMPDIR/TMP/TEMP and XDG_{CONFIG,CACHE,DATA,STATE}_HOME/XDG_RUNTIME_DIR always point
 //!   inside the root, whatever the host says;
 //! - a tool-home variable ([`TOOL_HOMES`], and every `--pin VAR`) never keeps its host value: it
 //!   is re-pointed to `homes/<VAR>` inside the root;
-//! - toolchain homes ([`TOOLCHAIN_HOMES`]) are resolved against the *real* HOME before HOME moves,
-//!   so `cargo test --offline`, `go test`, `npm test` keep their toolchains and caches;
+//! - the real homes come from the password database (the real uid's entry), plus `$HOME` when it
+//!   is another absolute, existing directory; never from `$HOME` alone ([`real_homes`]);
+//! - toolchain homes ([`TOOLCHAIN_HOMES`]) and host configuration ([`CONFIG_PASS_THROUGH`]) are
+//!   resolved against the real homes before HOME moves, so `cargo test --offline`, `go test`,
+//!   `npm test` keep their toolchains, caches and registries (protection keeps them read-only
+//!   but for their caches);
 //! - every process of the run carries `CLEANROOM_RUN_ID`, which is how gc finds what a killed
 //!   runner left behind.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -42,14 +48,16 @@ pub const TOOL_HOMES: &[&str] = &[
 ];
 
 /// A toolchain home kept at its real location: the variable, its default under the real home,
-/// and whether the run must be able to write it (a cache) when the real home is protected.
+/// and the parts of it the run may write when protection is on (its caches).
 pub struct ToolchainDefault {
     /// The variable.
     pub var: &'static str,
-    /// Where it lives by default, relative to the real home.
+    /// Where it lives by default, relative to the real home (`""`: only when set on the host).
     pub default: &'static str,
-    /// Whether runs write it (registry or module caches).
-    pub cache: bool,
+    /// The parts runs write (registry, module and build caches), relative to the toolchain home;
+    /// `""` is the whole home. Everything else (binaries, env scripts, configuration) is
+    /// read-only under `--protect home`.
+    pub writable: &'static [&'static str],
 }
 
 /// Toolchain homes resolved before HOME moves (only those that exist are passed on).
@@ -57,67 +65,127 @@ pub const TOOLCHAIN_HOMES: &[ToolchainDefault] = &[
     ToolchainDefault {
         var: "CARGO_HOME",
         default: ".cargo",
-        cache: true,
+        writable: &[
+            "registry",
+            "git",
+            ".package-cache",
+            ".package-cache-mutate",
+            ".global-cache",
+        ],
     },
     ToolchainDefault {
         var: "RUSTUP_HOME",
         default: ".rustup",
-        cache: false,
+        writable: &[],
     },
     ToolchainDefault {
         var: "GOPATH",
         default: "go",
-        cache: true,
+        writable: &["pkg/mod", "pkg/sumdb"],
+    },
+    ToolchainDefault {
+        var: "GOMODCACHE",
+        default: "",
+        writable: &[""],
     },
     ToolchainDefault {
         var: "GOCACHE",
         default: ".cache/go-build",
-        cache: true,
+        writable: &[""],
     },
     ToolchainDefault {
         var: "npm_config_cache",
         default: ".npm",
-        cache: true,
+        writable: &[""],
     },
     ToolchainDefault {
         var: "BUN_INSTALL",
         default: ".bun",
-        cache: true,
+        writable: &["install/cache"],
     },
     ToolchainDefault {
         var: "PIP_CACHE_DIR",
         default: ".cache/pip",
-        cache: true,
+        writable: &[""],
     },
     ToolchainDefault {
         var: "YARN_CACHE_FOLDER",
         default: ".cache/yarn",
-        cache: true,
+        writable: &[""],
     },
     ToolchainDefault {
         var: "UV_CACHE_DIR",
         default: ".cache/uv",
-        cache: true,
+        writable: &[""],
     },
     ToolchainDefault {
         var: "PYENV_ROOT",
         default: ".pyenv",
-        cache: false,
+        writable: &[],
     },
     ToolchainDefault {
         var: "NVM_DIR",
         default: ".nvm",
-        cache: false,
+        writable: &[],
     },
     ToolchainDefault {
         var: "DENO_DIR",
         default: ".cache/deno",
-        cache: true,
+        writable: &[""],
     },
     ToolchainDefault {
         var: "GRADLE_USER_HOME",
         default: ".gradle",
-        cache: true,
+        writable: &[
+            "caches",
+            "daemon",
+            "native",
+            "wrapper/dists",
+            "jdks",
+            ".tmp",
+            "notifications",
+        ],
+    },
+];
+
+/// Caches without a variable of their own, relative to the real homes, kept writable when they
+/// exist: Java takes `user.home` from the password database whatever HOME says, so Maven keeps
+/// using the real `~/.m2` (and reads its real `settings.xml`, read-only under protection).
+pub const HOME_CACHES: &[&str] = &[".m2/repository"];
+
+/// A host configuration file the run reads through the tool's own variable (never writes).
+pub struct ConfigDefault {
+    /// The variable that names the file (npm's variables are case-insensitive: any spelling
+    /// set on the host counts as set).
+    pub var: &'static str,
+    /// Candidates relative to the real home, first existing wins.
+    pub candidates: &'static [&'static str],
+    /// Passed only with `--pass-netrc` (it holds credentials).
+    pub needs_netrc_flag: bool,
+}
+
+/// Configuration passed through unless `--pure-home`: pointed at the real files, which
+/// protection keeps read-only.
+pub const CONFIG_PASS_THROUGH: &[ConfigDefault] = &[
+    ConfigDefault {
+        var: "GIT_CONFIG_GLOBAL",
+        candidates: &[".gitconfig", ".config/git/config"],
+        needs_netrc_flag: false,
+    },
+    ConfigDefault {
+        var: "NPM_CONFIG_USERCONFIG",
+        candidates: &[".npmrc"],
+        needs_netrc_flag: false,
+    },
+    ConfigDefault {
+        var: "PIP_CONFIG_FILE",
+        candidates: &[".config/pip/pip.conf", ".pip/pip.conf"],
+        needs_netrc_flag: false,
+    },
+    ConfigDefault {
+        var: "NETRC",
+        candidates: &[".netrc"],
+        needs_netrc_flag: true,
     },
 ];
 
@@ -130,6 +198,29 @@ pub struct EnvOptions {
     pub drop_secrets: bool,
     /// `--keep-env NAME`: exempt from `--drop-secrets`.
     pub keep: Vec<String>,
+    /// `--pure-home`: pass no host configuration through ([`CONFIG_PASS_THROUGH`]).
+    pub pure_home: bool,
+    /// `--pass-netrc`: also pass the real `~/.netrc` (credentials) through, read-only.
+    pub pass_netrc: bool,
+}
+
+/// Where a real home was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HomeSource {
+    /// The password database entry of the real uid (`getpwuid_r`).
+    Passwd,
+    /// The host's `$HOME`, absolute, existing, and not the passwd home.
+    HomeVar,
+}
+
+/// A home of the user's, found before HOME moved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RealHome {
+    /// Canonical path.
+    pub path: PathBuf,
+    /// Where it was found.
+    pub source: HomeSource,
 }
 
 /// A toolchain home passed on at its real location.
@@ -139,8 +230,35 @@ pub struct ToolchainHome {
     pub var: String,
     /// Its real location.
     pub path: PathBuf,
-    /// Whether the run writes it (a cache).
+    /// Whether the run writes part of it (a cache).
     pub cache: bool,
+    /// The existing parts the run may write (see [`ToolchainDefault::writable`]).
+    pub writable: Vec<PathBuf>,
+}
+
+/// A host configuration file passed through by its variable.
+#[derive(Clone, Debug, Serialize)]
+pub struct PassedConfig {
+    /// The variable.
+    pub var: String,
+    /// The real file.
+    pub path: PathBuf,
+}
+
+/// What the host's environment and password database say about the user, resolved before HOME
+/// moves.
+#[derive(Clone, Debug, Default)]
+pub struct HostFacts {
+    /// The user's real homes: the passwd home, and `$HOME` when it is another real directory.
+    pub homes: Vec<RealHome>,
+    /// Why a candidate home was not taken (for the warning when none was).
+    pub home_notes: Vec<String>,
+    /// Toolchain homes kept at their real locations.
+    pub toolchain: Vec<ToolchainHome>,
+    /// Variable-less caches under the real homes ([`HOME_CACHES`]) that exist.
+    pub home_caches: Vec<PathBuf>,
+    /// Configuration files passed through.
+    pub config: Vec<PassedConfig>,
 }
 
 /// The environment of a run's child.
@@ -148,10 +266,8 @@ pub struct ToolchainHome {
 pub struct ChildEnv {
     /// Every variable the child gets.
     pub vars: BTreeMap<OsString, OsString>,
-    /// Toolchain homes kept at their real locations.
-    pub toolchain: Vec<ToolchainHome>,
-    /// The user's real home (from the host's HOME), for protection.
-    pub real_home: Option<PathBuf>,
+    /// What was resolved from the host.
+    pub facts: HostFacts,
     /// Names removed by `--drop-secrets`.
     pub dropped: Vec<String>,
 }
@@ -186,6 +302,158 @@ pub fn homes_needed(host: &BTreeMap<OsString, OsString>, pins: &[String]) -> Vec
     homes
 }
 
+impl HostFacts {
+    /// Resolves the real homes, toolchain homes and configuration files from `host` (the
+    /// runner's environment) and the password database.
+    pub fn resolve(host: &BTreeMap<OsString, OsString>, options: &EnvOptions) -> HostFacts {
+        let (homes, home_notes) = real_homes(host.get(OsStr::new("HOME")).map(Path::new));
+        let mut facts = HostFacts {
+            homes,
+            home_notes,
+            ..HostFacts::default()
+        };
+        for tool in TOOLCHAIN_HOMES {
+            if options.pins.iter().any(|p| p == tool.var) {
+                continue;
+            }
+            let path = match host.get(OsStr::new(tool.var)) {
+                Some(value) => Some(PathBuf::from(value)),
+                None if tool.default.is_empty() => None,
+                None => facts.first_under_homes(&[tool.default]),
+            };
+            if let Some(path) = path.filter(|p| p.is_absolute()) {
+                let writable: Vec<PathBuf> = tool
+                    .writable
+                    .iter()
+                    .map(|part| path.join(part))
+                    .filter(|p| p.exists())
+                    .collect();
+                facts.toolchain.push(ToolchainHome {
+                    var: tool.var.into(),
+                    cache: !tool.writable.is_empty(),
+                    writable,
+                    path,
+                });
+            }
+        }
+        facts.home_caches = facts
+            .homes
+            .iter()
+            .flat_map(|h| HOME_CACHES.iter().map(move |c| h.path.join(c)))
+            .filter(|p| p.is_dir())
+            .collect();
+        if !options.pure_home {
+            for config in CONFIG_PASS_THROUGH {
+                if (config.needs_netrc_flag && !options.pass_netrc) || host_sets(host, config.var) {
+                    continue;
+                }
+                if let Some(path) = facts.first_under_homes(config.candidates) {
+                    facts.config.push(PassedConfig {
+                        var: config.var.into(),
+                        path,
+                    });
+                }
+            }
+        }
+        facts
+    }
+
+    /// The first of `candidates` (relative paths) that exists under a real home, `$HOME` first.
+    fn first_under_homes(&self, candidates: &[&str]) -> Option<PathBuf> {
+        let mut homes: Vec<&RealHome> = self.homes.iter().collect();
+        homes.sort_by_key(|h| h.source != HomeSource::HomeVar);
+        homes
+            .iter()
+            .flat_map(|h| candidates.iter().map(move |c| h.path.join(c)))
+            .find(|p| p.exists())
+    }
+}
+
+/// Whether the host sets `var` (case-insensitively for npm's `npm_config_*` variables).
+fn host_sets(host: &BTreeMap<OsString, OsString>, var: &str) -> bool {
+    if var.to_ascii_lowercase().starts_with("npm_config_") {
+        host.keys()
+            .any(|k| k.to_str().is_some_and(|k| k.eq_ignore_ascii_case(var)))
+    } else {
+        host.contains_key(OsStr::new(var))
+    }
+}
+
+/// The user's real homes: the home of the real uid in the password database, and `host_home`
+/// (the host's `$HOME`) when it is absolute, exists, and is another directory. A candidate that
+/// is not taken is explained in the second list. `/` is never a home to protect.
+pub fn real_homes(host_home: Option<&Path>) -> (Vec<RealHome>, Vec<String>) {
+    let mut homes: Vec<RealHome> = Vec::new();
+    let mut notes = Vec::new();
+    let uid = rustix::process::getuid().as_raw();
+    let passwd = passwd_home(uid);
+    let candidates = [
+        (passwd.as_ref().ok().cloned(), HomeSource::Passwd),
+        (host_home.map(Path::to_path_buf), HomeSource::HomeVar),
+    ];
+    if let Err(e) = &passwd {
+        notes.push(format!(
+            "the password database has no home for uid {uid}: {e}"
+        ));
+    }
+    for (candidate, source) in candidates {
+        let Some(path) = candidate else {
+            if source == HomeSource::HomeVar {
+                notes.push("HOME is unset".into());
+            }
+            continue;
+        };
+        let what = match source {
+            HomeSource::Passwd => format!("the passwd home {} of uid {uid}", path.display()),
+            HomeSource::HomeVar => format!("HOME={}", path.display()),
+        };
+        if !path.is_absolute() {
+            notes.push(format!("{what} is not an absolute path"));
+            continue;
+        }
+        match std::fs::canonicalize(&path) {
+            Ok(real) if real == Path::new("/") => notes.push(format!("{what} is `/`")),
+            Ok(real) if !real.is_dir() => notes.push(format!("{what} is not a directory")),
+            Ok(real) if homes.iter().any(|h| h.path == real) => {}
+            Ok(real) => homes.push(RealHome { path: real, source }),
+            Err(e) => notes.push(format!("{what} cannot be resolved: {e}")),
+        }
+    }
+    (homes, notes)
+}
+
+/// The home directory of `uid` in the password database (`getpwuid_r`).
+fn passwd_home(uid: u32) -> std::io::Result<PathBuf> {
+    let mut size = 1024usize;
+    loop {
+        let mut buf = vec![0u8; size];
+        // SAFETY: passwd is plain old data; all-zero is a valid value to be filled in.
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call: `entry` and `result` are out-parameters
+        // and `buf` is a writable buffer of `size` bytes that the entry's strings point into.
+        let rc = unsafe {
+            libc::getpwuid_r(uid, &mut entry, buf.as_mut_ptr().cast(), size, &mut result)
+        };
+        if rc == libc::ERANGE && size < 1 << 20 {
+            size *= 4;
+            continue;
+        }
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        if result.is_null() || entry.pw_dir.is_null() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no entry",
+            ));
+        }
+        // SAFETY: getpwuid_r succeeded, so pw_dir points to a NUL-terminated string in `buf`.
+        let dir = unsafe { std::ffi::CStr::from_ptr(entry.pw_dir) };
+        return Ok(PathBuf::from(OsStr::from_bytes(dir.to_bytes())));
+    }
+}
+
 /// Builds the child's environment from the host's.
 pub fn build(
     host: &BTreeMap<OsString, OsString>,
@@ -194,43 +462,15 @@ pub fn build(
     run_id: &str,
     options: &EnvOptions,
 ) -> ChildEnv {
+    let facts = HostFacts::resolve(host, options);
     let mut vars = host.clone();
-    let real_home = host
-        .get(OsStr::new("HOME"))
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute());
-    let mut toolchain = Vec::new();
-    for tool in TOOLCHAIN_HOMES {
-        if options.pins.iter().any(|p| p == tool.var) {
-            continue;
-        }
-        let path = match host.get(OsStr::new(tool.var)) {
-            Some(value) => Some(PathBuf::from(value)),
-            None => real_home
-                .as_ref()
-                .map(|h| h.join(tool.default))
-                .filter(|p| p.exists()),
-        };
-        if let Some(path) = path.filter(|p| p.is_absolute()) {
-            vars.insert(tool.var.into(), path.clone().into());
-            toolchain.push(ToolchainHome {
-                var: tool.var.into(),
-                path,
-                cache: tool.cache,
-            });
-        }
+    for tool in &facts.toolchain {
+        vars.insert(tool.var.clone().into(), tool.path.clone().into());
     }
-    if !host.contains_key(OsStr::new("GIT_CONFIG_GLOBAL")) {
-        let candidates = real_home
-            .iter()
-            .flat_map(|h| [h.join(".gitconfig"), h.join(".config/git/config")]);
-        if let Some(config) = candidates.into_iter().find(|p| p.is_file()) {
-            vars.insert("GIT_CONFIG_GLOBAL".into(), config.clone().into());
-            toolchain.push(ToolchainHome {
-                var: "GIT_CONFIG_GLOBAL".into(),
-                path: config,
-                cache: false,
-            });
+    for config in &facts.config {
+        vars.insert(config.var.clone().into(), config.path.clone().into());
+        if config.var == "NETRC" {
+            link_netrc(&layout.home, &config.path);
         }
     }
     let pinned: [(&str, &Path); 9] = [
@@ -266,9 +506,17 @@ pub fn build(
     }
     ChildEnv {
         vars,
-        toolchain,
-        real_home,
+        facts,
         dropped,
+    }
+}
+
+/// Makes `<root>/home/.netrc` a symlink to the real one (curl and git read only `$HOME/.netrc`;
+/// protection keeps the target read-only). A failure is logged, never fatal.
+fn link_netrc(run_home: &Path, real: &Path) {
+    let link = run_home.join(".netrc");
+    if let Err(e) = std::os::unix::fs::symlink(real, &link) {
+        tracing::warn!("cannot link {} to {}: {e}", link.display(), real.display());
     }
 }
 
@@ -323,7 +571,58 @@ mod tests {
         assert_eq!(get("PATH").unwrap(), PathBuf::from("/usr/bin"));
         assert!(get("OPENAI_API_KEY").is_none());
         assert_eq!(env.dropped, vec!["OPENAI_API_KEY".to_string()]);
-        assert_eq!(env.real_home.as_deref(), Some(real_home.path()));
+        let taken = RealHome {
+            path: real_home.path().canonicalize().unwrap(),
+            source: HomeSource::HomeVar,
+        };
+        assert!(env.facts.homes.contains(&taken), "{:?}", env.facts.homes);
+    }
+
+    /// The home of the current uid as /etc/passwd says, read without libc.
+    fn passwd_file_home() -> Option<PathBuf> {
+        let uid = rustix::process::getuid().as_raw().to_string();
+        std::fs::read_to_string("/etc/passwd")
+            .ok()?
+            .lines()
+            .map(|l| l.split(':').collect::<Vec<_>>())
+            .find(|f| f.len() > 5 && f[2] == uid)
+            .map(|f| PathBuf::from(f[5]))
+    }
+
+    #[test]
+    fn the_passwd_home_is_found_whatever_home_says() {
+        let expected = passwd_file_home().expect("this uid is in /etc/passwd");
+        let relative = Path::new("relative/home");
+        let foreign = tempfile::tempdir().unwrap();
+        for host_home in [
+            None,
+            Some(relative),
+            Some(Path::new("/")),
+            Some(foreign.path()),
+        ] {
+            let (homes, notes) = real_homes(host_home);
+            let passwd: Vec<_> = homes
+                .iter()
+                .filter(|h| h.source == HomeSource::Passwd)
+                .collect();
+            match expected.canonicalize() {
+                Ok(real) if real != Path::new("/") => {
+                    assert_eq!(passwd.len(), 1, "{homes:?} {notes:?}");
+                    assert_eq!(passwd[0].path, real);
+                }
+                _ => assert!(passwd.is_empty() && !notes.is_empty(), "{homes:?}"),
+            }
+            let var: Vec<_> = homes
+                .iter()
+                .filter(|h| h.source == HomeSource::HomeVar)
+                .collect();
+            if host_home == Some(foreign.path()) {
+                assert_eq!(var[0].path, foreign.path().canonicalize().unwrap());
+            } else {
+                assert!(var.is_empty(), "{host_home:?}: {homes:?}");
+                assert!(!notes.is_empty(), "{host_home:?}: no note");
+            }
+        }
     }
 
     #[test]

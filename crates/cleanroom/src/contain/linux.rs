@@ -88,7 +88,7 @@ fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
 }
 
 /// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo field.
-fn unescape_mountinfo(field: &str) -> String {
+pub(crate) fn unescape_mountinfo(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -31,6 +31,7 @@ use serde::Serialize;
 use crate::process::{self, ProcessInfo};
 use crate::Result;
 
+pub(crate) use os::unescape_mountinfo;
 pub use os::{
     cgroup2_mount, cgroup_root, kill_cgroup_path, reap_orphans, reset_signals_on_exec,
     set_subreaper,

@@ -1,45 +1,55 @@
-//! Protection: kernel-enforced write protection (Landlock) and network isolation for a run.
+//! Protection: what a run's command may do to the filesystem and the network, enforced by the
+//! kernel (Landlock, mount and network namespaces).
 //!
-//! This module owns the policy a run's command gets from the kernel: which paths it may write
-//! (`--protect off|home|strict`, `--protect-path`, `--allow-write`) and whether it sees the host
-//! network (`--net host|none`).
+//! This module owns `--protect off|home|strict` (with `--protect-path`, `--allow-write`) and
+//! `--net host|none`. Every mode is a [`Policy`] of the one engine in [`policy`] (path rules,
+//! most specific path wins), which the exec-server also uses for Codex's sandbox policies.
 //!
 //! Invariant: the policy is built in the parent ([`Protection::prepare`]) and applied in the
 //! child before exec ([`Protection::configure`]) with nothing but raw system calls (no
 //! allocation after fork), so it covers the whole process tree of the command; what the kernel
-//! could not enforce is always reported in [`ProtectionStatus`], and is an error when the caller
-//! required enforcement.
+//! could not enforce, and every guarantee that shrank (no home found, the working directory not
+//! made writable, no private `/dev/shm`), is reported in [`ProtectionStatus`] and warned about,
+//! and is an error when the caller required enforcement.
 //!
 //! # Modes
-//! - `off`: no kernel policy.
-//! - `home` (default): the real home and every `--protect-path` are read-only; everything else
-//!   behaves as without cleanroom. Landlock is an allowlist, so this is built as a *cover*: the
-//!   write-side rights are handled, and granted on every top-level path that is not an ancestor
-//!   of a protected path; ancestors are descended and their other entries granted; protected
-//!   paths get no rule. Reads are not handled at all (everything stays readable and executable).
-//! - `strict`: writes only beneath the root, the working directory, `--allow-write` paths and
-//!   the device files in [`DEVICE_FILES`]. Toolchain caches are not writable unless named with
-//!   `--allow-write` (offline `cargo test` with its dependencies already unpacked needs none;
-//!   `go test` needs `GOCACHE`).
+//! - `off`: no kernel policy (with `--net none`, only the network namespace).
+//! - `home` (default): read-only are the real homes (the password database's home of the real
+//!   uid, and `$HOME` when it is another real directory; never `$HOME` alone), every
+//!   `--protect-path`, the toolchain homes kept at their real location (binaries, env scripts,
+//!   configuration: `$CARGO_HOME/env`, `$CARGO_HOME/bin`) and the configuration files passed
+//!   through (`~/.npmrc`, `~/.gitconfig`, ...). Writable inside them, most specific path
+//!   winning: the root, the working directory, its project root (see below), output directories
+//!   named by [`WRITABLE_VARS`], the cache parts of toolchain homes (`registry/`, `git/`, module
+//!   and build caches) and `--allow-write`. Everything else behaves as without cleanroom.
+//!   Without any home to protect the run warns, or fails under `--require-protection`.
+//! - `strict`: writes only beneath the root, the working directory (never `/`: from `/` it stays
+//!   read-only, with a warning), `--allow-write`, the device files of [`DEVICE_FILES`] and a
+//!   private `/dev/shm`. Toolchain caches are not writable unless named with `--allow-write`.
+//!   Under `strict` the child's `CLEANROOM_STATE_DIR` names a namespace inside the run's root,
+//!   so a nested `cleanroom run` works and writes only there.
 //!
-//! In both modes these are always writable, even inside a protected path ("the most specific
-//! path wins"): the root, the working directory, `allow_write`, and in `home` mode the toolchain
-//! caches the environment keeps at their real location (`env::TOOLCHAIN_HOMES` marked as caches). A protected path that *equals* one of them stays protected.
-//! All paths are canonicalized first (Landlock rules bind inodes), so a protected directory is
-//! protected whatever spelling the command uses: absolute, relative, through a symlink.
+//! The **project root** of the working directory is the top of the nearest enclosing checkout
+//! (`.git`, `.hg`, `.jj`), else the outermost cargo, npm or go workspace (or package) root
+//! containing it; one that is, or contains, a protected path (a dotfiles repository in the home)
+//! is skipped. `.git` inside it stays as the user's permissions allow.
 //!
-//! The policy applies from exec on: descriptors the command inherits keep their rights, and
-//! `prepare` forks a short probe child for `--net none`, reaped by its pid (a runner that reaps
-//! with `waitpid(-1)` on another thread could steal it).
+//! `home` and `strict` give the run a private `/dev/shm` where a mount namespace can be made
+//! (root always; an ordinary user through a user namespace mapping their own uid, in which files
+//! of other owners show as the overflow uid 65534). Where none can be made (inside another
+//! Landlock domain), the run shares the host's `/dev/shm`, says so, and removes nothing there:
+//! it cannot prove what the command created.
 //!
-//! Known limits of the cover (inherent to an allowlist): new entries cannot be created directly
-//! inside an *ancestor* of a protected path (with the home `/root`, nothing new in `/`); entries
-//! of such ancestors created after [`Protection::prepare`] are read-only; a bind mount of a
-//! protected directory elsewhere is not protected. Landlock governs content and directory
-//! entries, not metadata: timestamps (`touch` of an existing file), mode, owner and extended
-//! attributes of protected files can still be changed where ordinary permissions allow it.
-//! `no_new_privs` is set, so set-uid programs do not gain privileges inside the run.
-//!
+//! `home` is compiled with [`Narrowing::Cover`] (Landlock alone: exact on inodes, no capability
+//! dropped, works nested): new entries cannot be created directly in an *ancestor* of a
+//! protected path (with the home `/root`, nothing new in `/`); entries of such ancestors created
+//! after [`Protection::prepare`] are read-only; a bind mount of a protected directory elsewhere
+//! is not protected. Landlock governs content and directory entries, not metadata: timestamps
+//! (`touch` of an existing file), mode, owner and extended attributes of protected files can
+//! still be changed where ordinary permissions allow it. `no_new_privs` is set, so set-uid
+//! programs do not gain privileges inside the run. All paths are canonicalized first, so a
+//! protected directory is protected whatever spelling the command uses.
+
 //! # Landlock ABI levels
 //! The kernel's ABI is asked with `landlock_create_ruleset(.., LANDLOCK_CREATE_RULESET_VERSION)`
 //! and the ruleset handles what that ABI knows (capped at ABI 7, the newest this module was
@@ -64,23 +74,34 @@
 //! `--net none` puts the command in a new network namespace whose only interface, `lo`, is up:
 //! as root a plain network namespace; otherwise a user namespace with it, mapping the user's own
 //! uid/gid to themselves (the command keeps its identity and gains nothing outside). Anything
-//! beyond loopback fails at once with "network unreachable".
+//! beyond loopback fails at once with "network unreachable". `/sys` is replaced by a fresh
+//! sysfs of the new network namespace (its submounts, such as the cgroup hierarchies, moved
+//! back onto it), so `/sys/class/net` lists only `lo`.
 
+mod compile;
 pub(crate) mod linux;
-mod plan;
+mod modes;
+pub mod policy;
+mod project;
 
 use std::fmt;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use serde::Serialize;
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+use crate::env::{ChildEnv, HostFacts, PassedConfig, RealHome, ToolchainHome};
 use crate::{Error, Result};
-use plan::Plan;
+
+pub use policy::{
+    Access, AppliedRule, DevShm, EnforcedBy, Narrowing, Network, Policy, Rule, Sandbox,
+    SandboxStatus, TEST_NO_MOUNT_NS_ENV,
+};
+pub use project::WRITABLE_VARS;
 
 /// Environment variable that, set to `1`, makes this process behave as if the kernel had no
 /// Landlock. Test-only: it exists so `--require-protection` can be tested on a kernel that has
@@ -186,17 +207,86 @@ pub struct ProtectionRequest {
     pub allow_write: Vec<PathBuf>,
     /// Network mode.
     pub net: NetMode,
-    /// Fail instead of warning when the kernel cannot enforce the mode.
+    /// Fail instead of warning when the kernel cannot enforce the mode, or (in `home` mode) no
+    /// home to protect can be determined.
     pub require: bool,
-    /// The user's real home, resolved before HOME was moved (skipped if it does not exist).
-    pub real_home: Option<PathBuf>,
+    /// The user's real homes (the passwd home, and `$HOME` when it differs), read-only.
+    pub homes: Vec<RealHome>,
+    /// Why candidate homes were not taken (for the warning when none was).
+    pub home_notes: Vec<String>,
     /// The run's root.
     pub root: PathBuf,
     /// The run's working directory.
     pub cwd: PathBuf,
-    /// Toolchain caches the run must be able to write even inside the real home in `home` mode
-    /// (the caches of `env::TOOLCHAIN_HOMES`); those that do not exist are skipped. Not used by `strict`.
-    pub writable_caches: Vec<PathBuf>,
+    /// Toolchain homes: read-only in `home` mode, except their existing writable parts.
+    pub toolchain: Vec<ToolchainHome>,
+    /// Variable-less caches under the real homes, writable in `home` mode.
+    pub home_caches: Vec<PathBuf>,
+    /// Host configuration files passed through: read-only.
+    pub config: Vec<PassedConfig>,
+    /// Build output directories named by [`project::WRITABLE_VARS`] in the child's environment
+    /// (absolute, or relative to `cwd`), writable in `home` mode.
+    pub output_dirs: Vec<(String, PathBuf)>,
+}
+
+impl ProtectionRequest {
+    /// The request for a child that gets `env`: homes, toolchain homes, passed-through
+    /// configuration and output directories come from it; no extra paths, the host network,
+    /// enforcement not required.
+    pub fn new(mode: ProtectMode, env: &ChildEnv, root: &Path, cwd: &Path) -> ProtectionRequest {
+        ProtectionRequest::from_facts(mode, &env.facts, &env.vars, root, cwd)
+    }
+
+    /// Like [`ProtectionRequest::new`], from what was resolved of the host and the variables the
+    /// child would get.
+    pub fn from_facts(
+        mode: ProtectMode,
+        facts: &HostFacts,
+        vars: &BTreeMap<OsString, OsString>,
+        root: &Path,
+        cwd: &Path,
+    ) -> ProtectionRequest {
+        let output_dirs = project::WRITABLE_VARS
+            .iter()
+            .filter_map(|var| {
+                let value = vars.get(std::ffi::OsStr::new(var))?;
+                Some((var.to_string(), cwd.join(value)))
+            })
+            .collect();
+        ProtectionRequest {
+            mode,
+            protect_paths: Vec::new(),
+            allow_write: Vec::new(),
+            net: NetMode::Host,
+            require: false,
+            homes: facts.homes.clone(),
+            home_notes: facts.home_notes.clone(),
+            root: root.to_path_buf(),
+            cwd: cwd.to_path_buf(),
+            toolchain: facts.toolchain.clone(),
+            home_caches: facts.home_caches.clone(),
+            config: facts.config.clone(),
+            output_dirs,
+        }
+    }
+}
+
+/// The rules `--protect mode` gives a run started in `cwd` with the host environment `host`,
+/// its root shown as `root`, and the warnings it would print (for `cleanroom doctor`).
+pub fn preview(
+    mode: ProtectMode,
+    host: &BTreeMap<OsString, OsString>,
+    cwd: &Path,
+    root: &Path,
+) -> Result<(Vec<Rule>, Vec<String>)> {
+    let facts = HostFacts::resolve(host, &crate::env::EnvOptions::default());
+    let request = ProtectionRequest::from_facts(mode, &facts, host, root, cwd);
+    let mut warnings = Vec::new();
+    let mut rules = modes::policy(&request, &mut warnings)?
+        .map(|policy| policy.rules)
+        .unwrap_or_default();
+    rules.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((rules, warnings))
 }
 
 /// How much of the requested filesystem policy the kernel enforces; ordered from weakest.
@@ -234,37 +324,31 @@ pub struct ProtectionStatus {
     pub landlock_abi: Option<u32>,
     /// Number of Landlock rules in the ruleset (0 when none is installed).
     pub rules: usize,
-    /// Canonical paths made read-only.
+    /// The real homes found (protected in `home` and `strict` mode).
+    pub homes: Vec<RealHome>,
+    /// Canonical paths made read-only (homes, `--protect-path`, toolchain homes, passed-through
+    /// configuration).
     pub read_only: Vec<PathBuf>,
-    /// Canonical paths kept writable even inside read-only ones (root, cwd, allow_write, caches).
+    /// Canonical paths kept writable (root, cwd, project root, caches, `--allow-write`, ...).
     pub writable: Vec<PathBuf>,
-    /// Ancestors of read-only paths: their existing entries stay writable but no new entry can
-    /// be created directly in them (a limit of building `home` as an allowlist cover).
+    /// Every rule with why it exists and how it is enforced.
+    pub policy: Vec<AppliedRule>,
+    /// Directories where no new entry can be created directly (a limit of building `home` as
+    /// a Landlock cover).
     pub no_new_entries_in: Vec<PathBuf>,
+    /// Whose `/dev/shm` the run sees.
+    pub dev_shm: DevShm,
+    /// The private mount namespace, if the run has one.
+    pub mount_namespace: Option<String>,
     /// The network mode.
     pub net: NetMode,
     /// How `--net none` is isolated ("network namespace" or "user and network namespace").
     pub net_isolation: Option<String>,
-}
-
-impl ProtectionStatus {
-    /// The one warning to print when the requested mode is not fully enforced (and enforcement
-    /// was not required, or `prepare` would have failed).
-    pub fn warning(&self) -> Option<String> {
-        if self.mode == ProtectMode::Off || self.enforcement == Enforcement::Full {
-            return None;
-        }
-        Some(format!(
-            "write protection `{}` is {} on this machine: {}; continuing (use \
-             --require-protection to refuse instead)",
-            self.mode,
-            match self.enforcement {
-                Enforcement::Partial => "only partly enforced",
-                _ => "not enforced",
-            },
-            self.reason.as_deref().unwrap_or("unknown reason"),
-        ))
-    }
+    /// Whether `/sys` is a fresh sysfs of the run's network namespace (`--net none`).
+    pub fresh_sysfs: bool,
+    /// What the run was warned about (protection not fully enforced, no home found, the
+    /// working directory not made writable, no private `/dev/shm`).
+    pub warnings: Vec<String>,
 }
 
 impl fmt::Display for ProtectionStatus {
@@ -281,6 +365,9 @@ impl fmt::Display for ProtectionStatus {
         if let Some(how) = &self.net_isolation {
             write!(f, " ({how}, loopback only)")?;
         }
+        if self.dev_shm == DevShm::Private {
+            f.write_str("; private /dev/shm")?;
+        }
         Ok(())
     }
 }
@@ -289,99 +376,40 @@ impl fmt::Display for ProtectionStatus {
 #[derive(Debug)]
 pub struct Protection {
     status: ProtectionStatus,
-    /// The Landlock ruleset, shared with every configured command's pre-exec hook so it stays
-    /// open until the command is spawned.
-    ruleset: Option<Arc<OwnedFd>>,
-    isolate_net: bool,
+    sandbox: Option<Sandbox>,
+    nested_state_dir: Option<PathBuf>,
 }
 
 impl Protection {
     /// Builds the policy for `request` (in the parent).
     ///
     /// Fails with [`Error::Unsupported`] when `request.require` is set and the kernel cannot
-    /// fully enforce `request.mode`, and when `--net none` is asked and the kernel refuses the
-    /// network namespace; with [`Error::Invalid`] when a `protect_paths` or `allow_write` entry
-    /// does not exist.
+    /// fully enforce `request.mode` or (`home`) no home to protect was found, and when
+    /// `--net none` is asked and the kernel refuses the network namespace; with
+    /// [`Error::Invalid`] when a `protect_paths` or `allow_write` entry does not exist.
     pub fn prepare(request: &ProtectionRequest) -> Result<Protection> {
-        let isolate_net = request.net == NetMode::None;
-        let net_isolation = if isolate_net {
-            Some(probe_net_isolation()?)
-        } else {
-            None
+        let mut warnings = Vec::new();
+        let policy = modes::policy(request, &mut warnings)?;
+        let sandbox = match &policy {
+            Some(policy) => Some(Sandbox::compile(policy).map_err(|e| required(request, e))?),
+            None => None,
         };
-        let mut status = ProtectionStatus {
-            mode: request.mode,
-            enforcement: Enforcement::None,
-            reason: None,
-            landlock_abi: None,
-            rules: 0,
-            read_only: Vec::new(),
-            writable: Vec::new(),
-            no_new_entries_in: Vec::new(),
-            net: request.net,
-            net_isolation,
-        };
-        if request.mode == ProtectMode::Off {
-            status.reason = Some("protection is off (--protect off)".into());
-            return Ok(Protection {
-                status,
-                ruleset: None,
-                isolate_net,
-            });
+        let status = status_of(request, sandbox.as_ref(), warnings);
+        for rule in &status.policy {
+            tracing::info!(
+                "protect: {:?} {} ({}; {:?})",
+                rule.access,
+                rule.path.display(),
+                rule.reason,
+                rule.enforced_by
+            );
         }
-
-        let plan = Plan::build(request)?;
-        status.read_only.clone_from(&plan.protected);
-        status.writable.clone_from(&plan.exceptions);
-        status.no_new_entries_in.clone_from(&plan.ancestors);
-
-        let abi = match landlock_support() {
-            Ok(abi) => abi,
-            Err(reason) => {
-                if request.require {
-                    return Err(Error::Unsupported {
-                        what: "Landlock write protection (--require-protection)",
-                        reason,
-                    });
-                }
-                status.reason = Some(reason);
-                return Ok(Protection {
-                    status,
-                    ruleset: None,
-                    isolate_net,
-                });
-            }
-        };
-        let (enforcement, reason) = enforcement_for_abi(abi);
-        if request.require && enforcement != Enforcement::Full {
-            return Err(Error::Unsupported {
-                what: "full Landlock write protection (--require-protection)",
-                reason: reason.unwrap_or_default(),
-            });
-        }
-
-        let mut grants = Vec::new();
-        for path in &plan.grants {
-            if let Some(grant) = linux::open_for_rule(path)? {
-                grants.push(grant);
-            }
-        }
-        let mut devices = Vec::new();
-        for path in DEVICE_FILES.iter().map(Path::new).filter(|p| p.exists()) {
-            if let Some(device) = linux::open_for_rule(path)? {
-                devices.push(device);
-            }
-        }
-        let ruleset = linux::create_ruleset(abi, &grants, &devices)?;
-        status.landlock_abi = Some(abi);
-        status.rules = grants.len() + devices.len();
-        status.enforcement = enforcement;
-        status.reason = reason;
         tracing::debug!(%status, "protection prepared");
         Ok(Protection {
             status,
-            ruleset: Some(Arc::new(ruleset)),
-            isolate_net,
+            sandbox,
+            nested_state_dir: (request.mode == ProtectMode::Strict)
+                .then(|| request.root.join(NESTED_NAMESPACE)),
         })
     }
 
@@ -390,31 +418,124 @@ impl Protection {
         &self.status
     }
 
+    /// Variables the child needs because of its protection: under `strict`, where the real
+    /// namespace is read-only, `CLEANROOM_STATE_DIR` names a namespace inside the run's root,
+    /// so a nested `cleanroom run` can create its own root (and nothing else of the user's).
+    pub fn child_env(&self) -> Vec<(String, PathBuf)> {
+        self.nested_state_dir
+            .iter()
+            .map(|dir| (STATE_DIR_VAR.to_string(), dir.clone()))
+            .collect()
+    }
+
     /// Installs the policy on `command` (applied in the child before exec, so it covers the
     /// command and everything it starts). Hooks added to `command` earlier run before it.
     pub fn configure(&self, command: &mut Command) {
-        if let Some(hook) = self.child_hook() {
-            // SAFETY: the hook runs between fork and exec and only makes raw, async-signal-safe
-            // system calls on data captured before the fork (see `linux::apply_in_child`).
-            unsafe {
-                command.pre_exec(hook);
-            }
+        if let Some(sandbox) = &self.sandbox {
+            sandbox.configure(command);
         }
     }
 
     /// The function that applies the policy to the calling process, for spawners that do not
-    /// use `std::process::Command` (tokio's `pre_exec`, a `clone3` child): call it in the child,
-    /// after fork and before exec, as the last step before exec. It is async-signal-safe (raw
-    /// system calls only, no allocation) and keeps the ruleset open for as long as it lives.
-    /// `None` when there is nothing to apply.
+    /// use `std::process::Command` (tokio's `pre_exec`): call it in the child, after fork and
+    /// before exec, as the last step before exec. It is async-signal-safe (raw system calls
+    /// only, no allocation). `None` when there is nothing to apply.
     pub fn child_hook(&self) -> Option<impl Fn() -> std::io::Result<()> + Send + Sync + 'static> {
-        if self.ruleset.is_none() && !self.isolate_net {
-            return None;
-        }
-        let ruleset = self.ruleset.clone();
-        let isolate_net = self.isolate_net;
-        Some(move || linux::apply_in_child(isolate_net, ruleset.as_ref().map(|fd| fd.as_raw_fd())))
+        self.sandbox.as_ref().and_then(Sandbox::child_hook)
     }
+}
+
+/// The variable the CLI reads its state dir (namespace) from.
+pub const STATE_DIR_VAR: &str = "CLEANROOM_STATE_DIR";
+/// The namespace of nested runs under `strict`, relative to the run's root.
+pub const NESTED_NAMESPACE: &str = "nested";
+
+/// An engine error, reworded when the caller required enforcement.
+fn required(request: &ProtectionRequest, error: Error) -> Error {
+    match error {
+        Error::Unsupported { what, reason } if request.require && what.contains("Landlock") => {
+            Error::Unsupported {
+                what: "Landlock write protection (--require-protection)",
+                reason,
+            }
+        }
+        other => other,
+    }
+}
+
+/// The run's status from the sandbox's.
+fn status_of(
+    request: &ProtectionRequest,
+    sandbox: Option<&Sandbox>,
+    mut warnings: Vec<String>,
+) -> ProtectionStatus {
+    let mut status = ProtectionStatus {
+        mode: request.mode,
+        enforcement: Enforcement::None,
+        reason: Some("protection is off (--protect off)".into()),
+        landlock_abi: None,
+        rules: 0,
+        homes: request.homes.clone(),
+        read_only: Vec::new(),
+        writable: Vec::new(),
+        policy: Vec::new(),
+        no_new_entries_in: Vec::new(),
+        dev_shm: DevShm::Host,
+        mount_namespace: None,
+        net: request.net,
+        net_isolation: None,
+        fresh_sysfs: false,
+        warnings: Vec::new(),
+    };
+    if let Some(sandbox) = sandbox {
+        let s = sandbox.status();
+        if request.mode != ProtectMode::Off {
+            status.enforcement = s.enforcement;
+            status.reason.clone_from(&s.reason);
+            status.landlock_abi = s.landlock_abi;
+            status.rules = s.landlock_rules;
+            status.no_new_entries_in.clone_from(&s.no_new_entries_in);
+            status.policy.clone_from(&s.rules);
+            let enforced = |r: &&AppliedRule| r.enforced_by != EnforcedBy::Absent;
+            let paths = |access| {
+                s.rules
+                    .iter()
+                    .filter(enforced)
+                    .filter(|r| r.access == access && r.path != Path::new("/"))
+                    .map(|r| r.path.clone())
+                    .collect()
+            };
+            status.read_only = paths(Access::Read);
+            status.writable = paths(Access::Write);
+        }
+        status.dev_shm = s.dev_shm.clone();
+        status.mount_namespace.clone_from(&s.mount_namespace);
+        status.net_isolation.clone_from(&s.net_isolation);
+        status.fresh_sysfs = s.fresh_sysfs;
+    }
+    if request.mode != ProtectMode::Off && status.enforcement != Enforcement::Full {
+        warnings.insert(
+            0,
+            format!(
+                "write protection `{}` is {} on this machine: {}; continuing (use \
+                 --require-protection to refuse instead)",
+                request.mode,
+                match status.enforcement {
+                    Enforcement::Partial => "only partly enforced",
+                    _ => "not enforced",
+                },
+                status.reason.as_deref().unwrap_or("unknown reason"),
+            ),
+        );
+    }
+    if let DevShm::HostFallback { reason } = &status.dev_shm {
+        warnings.push(format!(
+            "the run shares the /dev/shm cleanroom was started with ({reason}); files the command leaves there \
+             are not removed"
+        ));
+    }
+    status.warnings = warnings;
+    status
 }
 
 /// The Landlock ABI to use, or why there is none (including the test-only switches).
@@ -452,26 +573,6 @@ pub(crate) fn enforcement_for_abi(abi: u32) -> (Enforcement, Option<String>) {
         ),
         _ => (Enforcement::Full, None),
     }
-}
-
-/// Checks in a forked child that the network isolation of `--net none` can be set up.
-fn probe_net_isolation() -> Result<String> {
-    linux::probe_in_child(linux::probe_netns).map_err(|e| Error::Unsupported {
-        what: "network isolation (--net none)",
-        reason: format!(
-            "the kernel refused a new network namespace with loopback up: {e}{}",
-            if e.raw_os_error() == Some(libc::EPERM) {
-                " (user namespaces may be disabled: see `cleanroom doctor`)"
-            } else {
-                ""
-            }
-        ),
-    })?;
-    Ok(if rustix::process::geteuid().is_root() {
-        "network namespace".into()
-    } else {
-        "user and network namespace".into()
-    })
 }
 
 #[cfg(test)]

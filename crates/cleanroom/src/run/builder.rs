@@ -155,6 +155,18 @@ impl RunBuilder {
         self
     }
 
+    /// Pass none of the host's tool configuration through (`--pure-home`).
+    pub fn pure_home(mut self, pure: bool) -> Self {
+        self.config.env.pure_home = pure;
+        self
+    }
+
+    /// Also pass the real `~/.netrc` through, read-only (`--pass-netrc`).
+    pub fn pass_netrc(mut self, pass: bool) -> Self {
+        self.config.env.pass_netrc = pass;
+        self
+    }
+
     /// The filesystem protection mode.
     pub fn protect(mut self, mode: ProtectMode) -> Self {
         self.config.protect.mode = mode;

@@ -298,7 +298,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         kept_root: config.keep_root,
         gc,
         env: EnvInfo {
-            toolchain: child_env.toolchain,
+            toolchain: child_env.facts.toolchain,
             homes,
             dropped: child_env.dropped,
         },
@@ -312,29 +312,27 @@ fn prepare_child(
     host: &std::collections::BTreeMap<OsString, OsString>,
     events: &mut dyn FnMut(Event<'_>),
 ) -> Result<(env::ChildEnv, Protection)> {
-    let child_env = env::build(host, root.layout(), root.path(), root.run_id(), &config.env);
+    let mut child_env = env::build(host, root.layout(), root.path(), root.run_id(), &config.env);
     let cwd = std::env::current_dir().map_err(|e| Error::sys("read the current directory", e))?;
-    let protection = Protection::prepare(&ProtectionRequest {
-        mode: config.protect.mode,
-        protect_paths: config.protect.protect_paths.clone(),
-        allow_write: config.protect.allow_write.clone(),
-        net: config.protect.net,
-        require: config.protect.require,
-        real_home: child_env.real_home.clone(),
-        root: root.path().to_path_buf(),
-        cwd,
-        writable_caches: child_env
-            .toolchain
-            .iter()
-            .filter(|t| t.cache)
-            .map(|t| t.path.clone())
-            .collect(),
-    })?;
+    let mut request = ProtectionRequest::new(config.protect.mode, &child_env, root.path(), &cwd);
+    request
+        .protect_paths
+        .clone_from(&config.protect.protect_paths);
+    request.allow_write.clone_from(&config.protect.allow_write);
+    request.net = config.protect.net;
+    request.require = config.protect.require;
+    let protection = Protection::prepare(&request)?;
     let status = protection.status();
-    if let Some(warning) = status.warning() {
-        events(Event::Warning(&warning));
+    for warning in &status.warnings {
+        events(Event::Warning(warning));
     }
     tracing::info!("protection: {status}");
+    child_env.vars.extend(
+        protection
+            .child_env()
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into())),
+    );
     Ok((child_env, protection))
 }
 

@@ -1,0 +1,591 @@
+//! From a policy's rules to what the kernel is given: Landlock grants (an allowlist), mounts for
+//! rules narrower than the rule around them, or the cover that expresses them in Landlock alone.
+//!
+//! Invariant: paths are canonical before they are compared, so a rule holds whatever spelling
+//! the child uses; when in doubt (a directory that cannot be listed, an entry that vanished)
+//! nothing is granted, which is stricter, never weaker.
+
+use std::path::{Path, PathBuf};
+
+use super::policy::{Access, AppliedRule, EnforcedBy, Rule};
+use super::DEVICE_FILES;
+use crate::{Error, Result};
+
+/// A rule after canonicalization.
+#[derive(Clone, Debug)]
+pub(super) struct CanonicalRule {
+    pub path: PathBuf,
+    pub access: Access,
+    pub reason: String,
+    /// `None` when the path does not exist; else whether it is a directory.
+    pub dir: Option<bool>,
+}
+
+impl CanonicalRule {
+    pub fn applied(self, by: EnforcedBy) -> AppliedRule {
+        AppliedRule {
+            path: self.path,
+            access: self.access,
+            reason: self.reason,
+            enforced_by: if self.dir.is_none() {
+                EnforcedBy::Absent
+            } else {
+                by
+            },
+        }
+    }
+}
+
+/// Canonicalizes and sorts the rules (parents before children); rules on the same path merge
+/// to the weaker access. Paths that do not exist, or that this user cannot resolve, are kept
+/// (reported as absent) but never compiled.
+pub(super) fn canonical_rules(rules: &[Rule]) -> Result<Vec<CanonicalRule>> {
+    let mut out: Vec<CanonicalRule> = Vec::with_capacity(rules.len());
+    for rule in rules {
+        if !rule.path.is_absolute() {
+            return Err(Error::Invalid(format!(
+                "policy rule {}: the path must be absolute",
+                rule.path.display()
+            )));
+        }
+        let (path, dir) = match std::fs::canonicalize(&rule.path) {
+            Ok(path) => {
+                let dir = path.is_dir();
+                (path, Some(dir))
+            }
+            Err(e) => {
+                // Missing, or not reachable by this user (nor, then, by the child it starts):
+                // nothing to mount over or grant.
+                tracing::debug!(path = %rule.path.display(), "policy path not resolved: {e}");
+                (rule.path.clone(), None)
+            }
+        };
+        insert(&mut out, path, rule.access, &rule.reason, dir);
+    }
+    Ok(out)
+}
+
+fn insert(
+    rules: &mut Vec<CanonicalRule>,
+    path: PathBuf,
+    access: Access,
+    reason: &str,
+    dir: Option<bool>,
+) {
+    match rules.binary_search_by(|r| r.path.cmp(&path)) {
+        Ok(i) => {
+            let existing = &mut rules[i];
+            existing.access = existing.access.min(access);
+            if !existing.reason.contains(reason) {
+                existing.reason = format!("{}; {reason}", existing.reason);
+            }
+        }
+        Err(i) => rules.insert(
+            i,
+            CanonicalRule {
+                path,
+                access,
+                reason: reason.to_string(),
+                dir,
+            },
+        ),
+    }
+}
+
+/// The access the rules give `path`: the rule with the longest ancestor-or-self path wins.
+pub(super) fn effective_access<'a>(
+    rules: impl IntoIterator<Item = (&'a Path, Access)>,
+    path: &Path,
+) -> Access {
+    let mut best: Option<(usize, Access)> = None;
+    for (rule_path, access) in rules {
+        if path.starts_with(rule_path) {
+            let depth = rule_path.components().count();
+            best = match best {
+                Some((d, a)) if d > depth => Some((d, a)),
+                Some((d, a)) if d == depth => Some((d, a.min(access))),
+                _ => Some((depth, access)),
+            };
+        }
+    }
+    best.map_or(Access::None, |(_, a)| a)
+}
+
+fn existing(rules: &[CanonicalRule]) -> impl Iterator<Item = &CanonicalRule> {
+    rules.iter().filter(|r| r.dir.is_some())
+}
+
+/// The access of the nearest existing rule strictly above `path` (`None` at the top).
+fn parent_access(rules: &[CanonicalRule], path: &Path) -> Access {
+    match path.parent() {
+        Some(parent) => effective_access(
+            existing(rules).map(|r| (r.path.as_path(), r.access)),
+            parent,
+        ),
+        None => Access::None,
+    }
+}
+
+/// Whether some rule is narrower than the rule around it.
+pub(super) fn has_narrowing(rules: &[CanonicalRule]) -> bool {
+    existing(rules).any(|r| r.access < parent_access(rules, &r.path))
+}
+
+/// Whether reads must be handled: some existing path ends up `none` (no readable `/`, or a
+/// `none` rule).
+pub(super) fn handles_reads(rules: &[CanonicalRule]) -> bool {
+    let root = existing(rules).find(|r| r.path == Path::new("/"));
+    root.is_none_or(|r| r.access == Access::None)
+        || existing(rules).any(|r| r.access == Access::None)
+}
+
+/// Whether the rules restrict anything (else no Landlock ruleset is needed): some existing
+/// path gets less than write.
+pub(super) fn restricts_anything(rules: &[CanonicalRule]) -> bool {
+    let root_writable =
+        existing(rules).any(|r| r.path == Path::new("/") && r.access == Access::Write);
+    !root_writable || existing(rules).any(|r| r.access < Access::Write)
+}
+
+/// Adds the always-writable device files where the rules give them less than write (not
+/// beneath an explicit `none` rule, which hides them), and a `/dev/shm` rule when it is private.
+pub(super) fn add_default_rules(
+    rules: &mut Vec<CanonicalRule>,
+    private_dev_shm: bool,
+) -> Result<()> {
+    let mut defaults: Vec<(&str, &str)> =
+        DEVICE_FILES.iter().map(|d| (*d, "device file")).collect();
+    if private_dev_shm {
+        defaults.push(("/dev/shm", "private /dev/shm (a tmpfs of this run)"));
+    }
+    for (path, reason) in defaults {
+        let path = Path::new(path);
+        if rules.iter().any(|r| r.path == path) {
+            continue;
+        }
+        let hidden = existing(rules).any(|r| r.access == Access::None && path.starts_with(&r.path));
+        let access = effective_access(existing(rules).map(|r| (r.path.as_path(), r.access)), path);
+        // A private /dev/shm always gets its own rule: the child grants it on the fresh tmpfs.
+        let needed = access < Access::Write || (private_dev_shm && path == Path::new("/dev/shm"));
+        if hidden || !needed {
+            continue;
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if !meta.file_type().is_symlink() => {
+                insert(
+                    rules,
+                    path.to_path_buf(),
+                    Access::Write,
+                    reason,
+                    Some(meta.is_dir()),
+                );
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("inspect a device file", path, e)),
+        }
+    }
+    Ok(())
+}
+
+/// The entries of `dir` that hold (or are) one of `beneath`'s existing paths, each as a rule
+/// with the access `outer` gives it (unless a rule names it already), merged into `beneath`.
+/// Returns the entries with whether each is a directory.
+pub(super) fn add_shared_entries(
+    beneath: &mut Vec<CanonicalRule>,
+    outer: &[CanonicalRule],
+    dir: &Path,
+) -> Vec<(PathBuf, bool)> {
+    let mut entries: Vec<PathBuf> = existing(beneath)
+        .filter_map(|r| {
+            let first = r.path.strip_prefix(dir).ok()?.components().next()?;
+            Some(dir.join(first))
+        })
+        .collect();
+    entries.sort();
+    entries.dedup();
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let is_dir = entry.is_dir();
+        if !beneath.iter().any(|r| r.path == entry) {
+            let access = effective_access(
+                existing(outer).map(|r| (r.path.as_path(), r.access)),
+                &entry,
+            );
+            insert(
+                beneath,
+                entry.clone(),
+                access,
+                "shared with the host's /dev/shm: it holds a path of the policy",
+                Some(is_dir),
+            );
+        }
+        out.push((entry, is_dir));
+    }
+    out
+}
+
+/// What a mount in the child does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MountKind {
+    ReadOnly,
+    HideDir,
+    HideFile,
+    Expose,
+}
+
+/// One mount of the child, in order.
+#[derive(Clone, Debug)]
+pub(super) struct Mount {
+    pub path: PathBuf,
+    pub kind: MountKind,
+}
+
+/// The compiled form of a set of rules.
+#[derive(Debug, Default)]
+pub(super) struct Compiled {
+    /// Landlock grants: a path and the access allowed beneath it.
+    pub grants: Vec<(PathBuf, Access)>,
+    /// Mounts, parents before children.
+    pub mounts: Vec<Mount>,
+    /// Directories whose wide rule was granted entry by entry (the cover).
+    pub no_new_entries_in: Vec<PathBuf>,
+    /// Rules enforced by the cover.
+    covered: Vec<PathBuf>,
+}
+
+impl Compiled {
+    /// How `rule` is enforced.
+    pub fn enforced_by(&self, rule: &CanonicalRule) -> EnforcedBy {
+        match self.mounts.iter().find(|m| m.path == rule.path) {
+            Some(m) => match m.kind {
+                MountKind::ReadOnly => EnforcedBy::ReadOnlyMount,
+                MountKind::HideDir | MountKind::HideFile => EnforcedBy::HiddenByMount,
+                MountKind::Expose => EnforcedBy::ExposedByMount,
+            },
+            None if self.covered.contains(&rule.path) => EnforcedBy::Cover,
+            None => EnforcedBy::Landlock,
+        }
+    }
+}
+
+/// Compiles `rules` (canonical, sorted): with `mounts`, narrower rules become mounts and
+/// Landlock gets one grant per widening rule; without, narrower rules are expressed by the
+/// cover.
+pub(super) fn compile(all: &[CanonicalRule], mounts: bool) -> Result<Compiled> {
+    let rules: Vec<&CanonicalRule> = existing(all).collect();
+    let mut out = Compiled::default();
+    if mounts {
+        let top = Frame {
+            path: Path::new("/"),
+            granted: Access::None,
+            cap: Access::Write,
+        };
+        compile_with_mounts(&rules, top, &mut out)?;
+    } else {
+        let root = rules.iter().find(|r| r.path == Path::new("/"));
+        let inside: Vec<&CanonicalRule> = rules
+            .iter()
+            .copied()
+            .filter(|r| r.path != Path::new("/"))
+            .collect();
+        cover(
+            Path::new("/"),
+            root.map_or(Access::None, |r| r.access),
+            &inside,
+            &mut out,
+        );
+        out.grants.sort();
+        out.grants.dedup();
+    }
+    if !handles_reads(all) {
+        // Reads are not restricted: a read grant would allow nothing more.
+        out.grants.retain(|(_, access)| *access == Access::Write);
+    }
+    Ok(out)
+}
+
+/// What the enclosing rules allow at a point of the walk: Landlock's grant, and the cap the
+/// mounts above put on it.
+#[derive(Clone, Copy)]
+struct Frame<'a> {
+    path: &'a Path,
+    granted: Access,
+    cap: Access,
+}
+
+/// Compiles the rules beneath `dir`, a private tmpfs whose root the child grants `write`:
+/// narrower rules become mounts whatever the strategy (Landlock rights reach into everything
+/// beneath the tmpfs root, so only mounts can narrow there).
+pub(super) fn compile_private(rules: &[CanonicalRule], dir: &Path) -> Result<Compiled> {
+    let rules: Vec<&CanonicalRule> = existing(rules).collect();
+    let mut out = Compiled::default();
+    let top = Frame {
+        path: dir,
+        granted: Access::Write,
+        cap: Access::Write,
+    };
+    compile_with_mounts(&rules, top, &mut out)?;
+    out.grants.clear();
+    Ok(out)
+}
+
+/// Moves the rules strictly beneath `dir` out of `rules`.
+pub(super) fn split_beneath(rules: &mut Vec<CanonicalRule>, dir: &Path) -> Vec<CanonicalRule> {
+    let (beneath, rest): (Vec<_>, Vec<_>) = std::mem::take(rules)
+        .into_iter()
+        .partition(|r| r.path.starts_with(dir) && r.path != dir);
+    *rules = rest;
+    beneath
+}
+
+fn compile_with_mounts(rules: &[&CanonicalRule], top: Frame, out: &mut Compiled) -> Result<()> {
+    let mut stack: Vec<Frame> = Vec::new();
+    for rule in rules {
+        while stack.last().is_some_and(|f| !rule.path.starts_with(f.path)) {
+            stack.pop();
+        }
+        let parent = stack.last().copied().unwrap_or(top);
+        let mut frame = Frame {
+            path: &rule.path,
+            granted: parent.granted.max(rule.access),
+            cap: parent.cap,
+        };
+        if rule.access > parent.granted {
+            out.grants.push((rule.path.clone(), rule.access));
+        }
+        if rule.access < parent.granted.min(parent.cap) {
+            let kind = match (rule.access, rule.dir) {
+                (Access::Read, _) => MountKind::ReadOnly,
+                (_, Some(true)) => MountKind::HideDir,
+                _ => MountKind::HideFile,
+            };
+            out.mounts.push(Mount {
+                path: rule.path.clone(),
+                kind,
+            });
+            frame.cap = rule.access;
+        } else if rule.access > parent.cap {
+            if parent.cap == Access::None {
+                return Err(Error::Unsupported {
+                    what: "this filesystem policy",
+                    reason: format!(
+                        "{} ({:?}) lies inside a path hidden by a `none` rule; a hidden path \
+                         cannot be partly re-exposed",
+                        rule.path.display(),
+                        rule.access
+                    ),
+                });
+            }
+            out.mounts.push(Mount {
+                path: rule.path.clone(),
+                kind: MountKind::Expose,
+            });
+            frame.cap = Access::Write;
+        }
+        stack.push(frame);
+    }
+    Ok(())
+}
+
+/// Grants `access` beneath `node` except where a rule inside says less: then `node` gets only
+/// what every path beneath it may have, and its entries are granted one by one, descending into
+/// those that contain a rule (symlinks are skipped: their targets are reached by their own
+/// canonical path). `inside` are the rules strictly beneath `node`.
+fn cover(node: &Path, access: Access, inside: &[&CanonicalRule], out: &mut Compiled) {
+    let floor = inside.iter().map(|r| r.access).fold(access, Access::min);
+    if floor > Access::None {
+        out.grants.push((node.to_path_buf(), floor));
+    }
+    if floor == access {
+        for (child, beneath) in maximal(inside) {
+            cover(&child.path, child.access, &beneath, out);
+        }
+        return;
+    }
+    out.no_new_entries_in.push(node.to_path_buf());
+    let entries = match std::fs::read_dir(node) {
+        Ok(entries) => entries,
+        Err(e) => {
+            // Nothing below it is granted: stricter, never weaker.
+            tracing::debug!(path = %node.display(), "cannot list a directory of the cover: {e}");
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            continue;
+        }
+        let path = entry.path();
+        let beneath: Vec<&CanonicalRule> = inside
+            .iter()
+            .copied()
+            .filter(|r| r.path.starts_with(&path) && r.path != path)
+            .collect();
+        match inside.iter().find(|r| r.path == path) {
+            Some(rule) => cover(&path, rule.access, &beneath, out),
+            None if !beneath.is_empty() => cover(&path, access, &beneath, out),
+            None => out.grants.push((path, access)),
+        }
+    }
+    for rule in inside.iter().filter(|r| r.access < access) {
+        if !out.covered.contains(&rule.path) {
+            out.covered.push(rule.path.clone());
+        }
+    }
+}
+
+/// The rules of `rules` not beneath another one of them, each with the rules beneath it.
+fn maximal<'a>(rules: &[&'a CanonicalRule]) -> Vec<(&'a CanonicalRule, Vec<&'a CanonicalRule>)> {
+    let mut out: Vec<(&CanonicalRule, Vec<&CanonicalRule>)> = Vec::new();
+    for rule in rules {
+        match out.last_mut() {
+            Some((top, beneath)) if rule.path.starts_with(&top.path) => beneath.push(rule),
+            _ => out.push((rule, Vec::new())),
+        }
+    }
+    out
+}
+
+/// The mount points directly beneath `dir` (not beneath another mount point beneath it), from
+/// `/proc/self/mountinfo`.
+pub(super) fn top_submounts_of(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| Error::io("read", "/proc/self/mountinfo", e))?;
+    let mut points: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(crate::contain::unescape_mountinfo(field)))
+        .filter(|p| p.starts_with(dir) && p != dir)
+        .collect();
+    points.sort();
+    points.dedup();
+    let mut top: Vec<PathBuf> = Vec::new();
+    for point in points {
+        if !top.iter().any(|t| point.starts_with(t)) {
+            top.push(point);
+        }
+    }
+    Ok(top)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(path: &Path, access: Access) -> Rule {
+        Rule {
+            path: path.to_path_buf(),
+            access,
+            reason: "test".into(),
+        }
+    }
+
+    fn base() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        for d in ["home/project/.git", "home/docs", "other"] {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+        }
+        (dir, base)
+    }
+
+    #[test]
+    fn the_most_specific_rule_wins_and_unruled_paths_get_none() {
+        let rules = [
+            (Path::new("/"), Access::Read),
+            (Path::new("/w"), Access::Write),
+            (Path::new("/w/.git"), Access::Read),
+        ];
+        let at = |p: &str| effective_access(rules.iter().copied(), Path::new(p));
+        assert_eq!(at("/etc"), Access::Read);
+        assert_eq!(at("/w/src/x"), Access::Write);
+        assert_eq!(at("/w/.git/config"), Access::Read);
+        assert_eq!(at("/w/.gitignore"), Access::Write);
+        assert_eq!(
+            effective_access([(Path::new("/w"), Access::Write)], Path::new("/x")),
+            Access::None
+        );
+    }
+
+    #[test]
+    fn mounts_narrow_and_reexpose_while_landlock_gets_only_widenings() {
+        let (_dir, base) = base();
+        let rules = canonical_rules(&[
+            rule(Path::new("/"), Access::Write),
+            rule(&base.join("home"), Access::Read),
+            rule(&base.join("home/project"), Access::Write),
+            rule(&base.join("home/project/.git"), Access::Read),
+            rule(&base.join("missing"), Access::Read),
+        ])
+        .unwrap();
+        assert!(has_narrowing(&rules) && !handles_reads(&rules));
+        let compiled = compile(&rules, true).unwrap();
+        assert_eq!(compiled.grants, [(PathBuf::from("/"), Access::Write)]);
+        let mounts: Vec<(PathBuf, MountKind)> = compiled
+            .mounts
+            .iter()
+            .map(|m| (m.path.clone(), m.kind))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                (base.join("home"), MountKind::ReadOnly),
+                (base.join("home/project"), MountKind::Expose),
+                (base.join("home/project/.git"), MountKind::ReadOnly),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rule_wider_than_a_hidden_path_is_refused_with_mounts_and_covered_without() {
+        let (_dir, base) = base();
+        let rules = canonical_rules(&[
+            rule(Path::new("/"), Access::Read),
+            rule(&base.join("home"), Access::None),
+            rule(&base.join("home/docs"), Access::Read),
+        ])
+        .unwrap();
+        assert!(handles_reads(&rules));
+        assert!(matches!(
+            compile(&rules, true),
+            Err(Error::Unsupported { .. })
+        ));
+        let compiled = compile(&rules, false).unwrap();
+        assert!(compiled
+            .grants
+            .contains(&(base.join("home/docs"), Access::Read)));
+        assert!(compiled
+            .grants
+            .contains(&(base.join("other"), Access::Read)));
+        assert!(!compiled
+            .grants
+            .iter()
+            .any(|(p, _)| p == &base.join("home") || p == &base.join("home/project")));
+        assert!(compiled.no_new_entries_in.contains(&base));
+    }
+
+    #[test]
+    fn the_cover_grants_everything_but_the_narrow_rule_and_keeps_wider_rules_inside() {
+        let (_dir, base) = base();
+        let rules = canonical_rules(&[
+            rule(Path::new("/"), Access::Write),
+            rule(&base.join("home"), Access::Read),
+            rule(&base.join("home/project"), Access::Write),
+        ])
+        .unwrap();
+        let compiled = compile(&rules, false).unwrap();
+        let granted = |p: &Path| {
+            compiled
+                .grants
+                .iter()
+                .any(|(g, a)| g == p && *a == Access::Write)
+        };
+        assert!(granted(&base.join("home/project")) && granted(&base.join("other")));
+        assert!(!compiled.grants.iter().any(|(g, _)| g == &base.join("home")
+            || g.starts_with(base.join("home/docs"))
+            || base.starts_with(g)));
+        let home = rules.iter().find(|r| r.path == base.join("home")).unwrap();
+        assert_eq!(compiled.enforced_by(home), EnforcedBy::Cover);
+    }
+}

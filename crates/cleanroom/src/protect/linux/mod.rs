@@ -1,0 +1,241 @@
+//! Linux kernel side of protection: Landlock detection and ruleset creation, the code that runs
+//! in the child between fork and exec ([`child`]), and small fork-based probes used by the
+//! sandbox compiler and `doctor`.
+//!
+//! Invariant: everything that runs after fork (the child plan, the probe bodies) makes only
+//! raw, async-signal-safe system calls on data prepared before the fork or on the stack; it never
+//! allocates, locks or touches Rust's standard I/O.
+
+pub(crate) mod child;
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use landlock::{Access as _, AccessFs, ABI};
+use rustix::fs::{Mode, OFlags};
+
+use super::policy::Access;
+use crate::{Error, Result};
+
+/// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>` (not exported by libc).
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
+
+/// The newest Landlock ABI whose filesystem semantics this module was written and tested
+/// against. A newer kernel is used at this level (the ruleset stays compatible; newer access
+/// rights are simply not handled).
+pub(crate) const NEWEST_VETTED_ABI: u32 = 7;
+
+/// The kernel's Landlock ABI, asked with `landlock_create_ruleset(NULL, 0, VERSION)`.
+///
+/// `Err` carries why Landlock is not there (built without it, disabled at boot, blocked by a
+/// seccomp filter, ...).
+pub(crate) fn landlock_abi() -> std::result::Result<u32, String> {
+    // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag the kernel only returns
+    // the ABI number (or an error); no memory is read or written.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if rc >= 1 {
+        return Ok(u32::try_from(rc).unwrap_or(u32::MAX));
+    }
+    let err = io::Error::last_os_error();
+    Err(match err.raw_os_error() {
+        Some(libc::ENOSYS) => "the kernel was built without Landlock (ENOSYS)".to_string(),
+        Some(libc::EOPNOTSUPP) => {
+            "Landlock is built in but disabled at boot (EOPNOTSUPP; add landlock to lsm=)"
+                .to_string()
+        }
+        _ => format!("landlock_create_ruleset failed: {err}"),
+    })
+}
+
+/// The landlock crate's ABI for `abi`, capped at [`NEWEST_VETTED_ABI`]. Its write-side rights
+/// are what the ruleset handles: create, remove, write, plus `Refer` (ABI 2), `Truncate` (ABI 3)
+/// and `IoctlDev` (ABI 5).
+fn landlock_abi_value(abi: u32) -> ABI {
+    ABI::from(i32::try_from(abi.min(NEWEST_VETTED_ABI)).unwrap_or(0))
+}
+
+/// One path the child may write beneath.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// An `O_PATH` descriptor of the granted file or directory.
+    pub fd: OwnedFd,
+    /// Whether it is a directory (files only take file rights).
+    pub dir: bool,
+}
+
+/// Opens `path` for a Landlock rule without following a final symlink, and says whether it is
+/// a directory. `Ok(None)` for symlinks (a rule on a link's inode would be meaningless, and
+/// following it could grant a protected target) and for paths that vanished since they were
+/// listed (no rule is stricter, never weaker).
+pub(crate) fn open_for_rule(path: &Path) -> Result<Option<Grant>> {
+    let fd = match rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(Error::io("open for a Landlock rule", path, e)),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| Error::io("stat", path, e))?;
+    let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+    Ok(match kind {
+        rustix::fs::FileType::Symlink => None,
+        rustix::fs::FileType::Directory => Some(Grant { fd, dir: true }),
+        _ => Some(Grant { fd, dir: false }),
+    })
+}
+
+/// The Landlock access masks for `abi`, as the child passes them to the kernel.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rights {
+    /// What the ruleset handles: the write side (create, remove, write, plus `Refer` from ABI
+    /// 2, `Truncate` from ABI 3 and `IoctlDev` from ABI 5), and with reads handled also the read
+    /// side (read files, list directories, execute).
+    pub handled: u64,
+    read: u64,
+    file: u64,
+}
+
+impl Rights {
+    pub fn new(abi: u32, handle_reads: bool) -> Rights {
+        let level = landlock_abi_value(abi);
+        let handled = if handle_reads {
+            AccessFs::from_all(level)
+        } else {
+            AccessFs::from_write(level)
+        };
+        Rights {
+            handled: handled.bits(),
+            read: (handled & AccessFs::from_read(level)).bits(),
+            file: AccessFs::from_file(level).bits(),
+        }
+    }
+
+    /// The rights a rule of `access` allows beneath a directory (`dir`) or on a file.
+    pub fn of(&self, access: Access, dir: bool) -> u64 {
+        let rights = match access {
+            Access::None => 0,
+            Access::Read => self.read,
+            Access::Write => self.handled,
+        };
+        if dir {
+            rights
+        } else {
+            rights & self.file
+        }
+    }
+}
+
+/// Runs `body` in a forked child and returns its result: `Ok` when it returned 0, else the errno
+/// it returned. The child exits with `_exit` and never returns into Rust code; the parent reaps
+/// exactly that pid.
+///
+/// `body` must be async-signal-safe (the parent may be multi-threaded).
+pub(crate) fn probe_in_child(body: impl Fn() -> i32) -> io::Result<()> {
+    // SAFETY: the child runs only `body` (async-signal-safe by contract) and `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = body();
+        // SAFETY: terminates the child without running atexit handlers or destructors.
+        unsafe { libc::_exit(code.clamp(0, 255)) };
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for the specific child we forked; `status` is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc == pid {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+    if libc::WIFEXITED(status) {
+        match libc::WEXITSTATUS(status) {
+            0 => Ok(()),
+            errno => Err(io::Error::from_raw_os_error(errno)),
+        }
+    } else {
+        Err(io::Error::other("the probe child was killed by a signal"))
+    }
+}
+
+/// Whether this process may mount (so a child of it, as root, can set up a private mount
+/// namespace), asked without changing anything: a propagation change with two contradictory
+/// flags passes the security hooks (Landlock refuses every mount with `EPERM`) and the
+/// capability check, then fails with `EINVAL` before it acts. `Err` is the errno.
+pub(crate) fn may_mount_here() -> std::result::Result<(), i32> {
+    // SAFETY: NULL source, type and data; a NUL-terminated target; integer flags. The call
+    // cannot succeed (MS_SHARED and MS_SLAVE together are invalid), so nothing changes.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_SHARED | libc::MS_SLAVE,
+            std::ptr::null(),
+        )
+    };
+    let errno = io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO);
+    match (rc, errno) {
+        (0, _) => Ok(()),
+        (_, libc::EINVAL) => Ok(()),
+        (_, errno) => Err(errno),
+    }
+}
+
+/// Probe body: the network isolation `run --net none` would set up. Returns 0 or an errno.
+pub(crate) fn probe_netns() -> i32 {
+    child::probe_namespaces(false, true)
+}
+
+/// Probe body: an unprivileged-style user namespace. Returns 0 or an errno.
+pub(crate) fn probe_userns() -> i32 {
+    // SAFETY: unshare takes an integer only.
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0 {
+        0
+    } else {
+        errno_of(Err(io::Error::last_os_error()))
+    }
+}
+
+/// Probe body: becoming a child subreaper. Returns 0 or an errno.
+pub(crate) fn probe_subreaper() -> i32 {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
+        0
+    } else {
+        errno_of(Err(io::Error::last_os_error()))
+    }
+}
+
+pub(crate) fn errno_of(result: io::Result<()>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+    }
+}
+
+/// `pidfd_open` on our own pid (the descriptor is closed at once).
+pub(crate) fn probe_pidfd() -> io::Result<()> {
+    rustix::process::pidfd_open(
+        rustix::process::getpid(),
+        rustix::process::PidfdFlags::empty(),
+    )?;
+    Ok(())
+}
