@@ -92,6 +92,26 @@ pub const LAYOUT_DIRS: [&str; 9] = [
 /// A live root owned by this process. Dropping it removes it (best effort, problems logged
 /// through `tracing`); [`Root::close`] does the same and says how it went; [`Root::keep`] leaves
 /// it in place.
+///
+/// ```
+/// use cleanroom::{Namespace, Root, RootOptions};
+///
+/// let tmp = tempfile::tempdir()?;
+/// let ns = Namespace::open_or_create(&tmp.path().join("ns"))?;
+/// let options = RootOptions {
+///     command: vec!["my-tool".into()],
+///     ..RootOptions::default()
+/// };
+/// let root = Root::create(&ns, &cleanroom::root::new_run_id()?, &options)?;
+/// let path = root.path().to_path_buf();
+/// assert!(root.layout().tmp.is_dir());
+/// drop(root); // removed as by `close()`, problems logged
+/// assert!(!path.exists());
+///
+/// let kept = Root::create(&ns, &cleanroom::root::new_run_id()?, &options)?.keep();
+/// assert!(kept.is_dir(), "a kept root stays for `cleanroom gc --kept`");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Root {
     run_id: String,
