@@ -194,7 +194,10 @@ fn a_sigkilled_holders_lock_is_taken_by_the_waiter_at_once() {
     // command has not run.
     let notice = waiting_notice(&mut waiter);
     assert!(notice.contains("waiting for lock db,"), "{notice}");
-    assert!(!started.exists(), "the waiter ran while the holder held the lock");
+    assert!(
+        !started.exists(),
+        "the waiter ran while the holder held the lock"
+    );
     send_signal(&holder, rustix::process::Signal::KILL);
     let killed_at = Instant::now();
     let out = sandbox.wait_for_runner(waiter, Duration::from_secs(30));

@@ -29,6 +29,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -1015,6 +1016,25 @@ fn a_removal_whose_final_rmdir_fails_keeps_its_marker_for_the_next_gc() {
     let marker: serde_json::Value =
         serde_json::from_slice(&fs::read(leftover.join(MARKER)).unwrap()).unwrap();
     assert_eq!(marker["run_id"], spec.run_id.as_str(), "{marker}");
+    // Written back at once, not only when giving up: a gc killed while it waits to retry leaves
+    // the proof too. Its only sleep here is the pause between two attempts.
+    let mut gc = sandbox
+        .command(&["gc"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wchan = format!("/proc/{}/wchan", gc.id());
+    let pausing = wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(&wchan).is_ok_and(|w| w.contains("nanosleep"))
+    });
+    gc.kill().unwrap();
+    gc.wait().unwrap();
+    assert!(pausing, "gc never paused between two attempts");
+    assert!(
+        leftover.join(MARKER).is_file(),
+        "a gc killed between two attempts left the leftover without its marker"
+    );
     drop(immutable);
     assert_eq!(sandbox.state_of(&trash).0, "leftover");
     let (summary, status) = sandbox.gc_json(&[]);
