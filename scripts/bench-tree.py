@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds the trees the benchmarks remove (used by bench-gc.sh and bench-remove.sh).
 
-  bench-tree.py stale-roots DIR N FILES [CGROUPS]
+  bench-tree.py stale-roots DIR N FILES [CGROUPS [kept]]
       DIR (created 0700) gets N stale roots `run-<id>`, each as a run leaves it: a real version-1
       marker (mode 0600) whose owner is a process that has exited, the layout directories, and
       FILES small files in home/. DIR is usable as a cleanroom namespace (`--state-dir DIR`), and
@@ -9,7 +9,8 @@
       CGROUPS: `none` (default: the session rung), `recorded` (each marker records its cgroup
       `<cgroup2 mount>/cleanroom-<id>`, as every run made as root does, and the cgroup is gone, as
       a watchdog leaves it), or `real` (the empty cgroup directories exist too, as a runner killed
-      without its watchdog leaves them: gc must kill and remove each; needs root).
+      without its watchdog leaves them: gc must kill and remove each; needs root). `kept`: the
+      roots were made with --keep-root (gc leaves them, `gc --kept` reclaims them).
 
   bench-tree.py plain DIR NDIRS NFILES
       DIR gets NDIRS directories holding NFILES 12-byte files each.
@@ -46,7 +47,7 @@ def cgroup2_mount():
     sys.exit("no cgroup2 mount")
 
 
-def stale_roots(top, n, files, cgroups="none"):
+def stale_roots(top, n, files, cgroups="none", kept=""):
     os.mkdir(top, 0o700)
     mount = cgroup2_mount() if cgroups != "none" else None
     host = {
@@ -69,7 +70,7 @@ def stale_roots(top, n, files, cgroups="none"):
         marker = {
             "format": "cleanroom-root-marker", "version": 1, "run_id": run_id,
             "euid": os.geteuid(), "owner": owner, "host": host, "created_unix_ms": now_ms,
-            "command": ["cargo", "test"], "keep": False, "cgroup": cgroup,
+            "command": ["cargo", "test"], "keep": kept == "kept", "cgroup": cgroup,
         }
         fd = os.open(os.path.join(root, "cleanroom-root.json"),
                      os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -1043,34 +1043,48 @@ fn a_removal_whose_final_rmdir_fails_keeps_its_marker_for_the_next_gc() {
     assert_eq!(sandbox.names(), Vec::<String>::new());
 }
 
+/// A run whose own removal cannot finish: `cleanroom run --report FILE -- sh -c "PREFIX && …"`
+/// writes `$HOME/pinned`, which the test makes immutable (`chattr +i`) before letting the command
+/// end with `status`. Returns the run's output, its report, its root's path and the guard (drop it
+/// to make the leftover removable).
+fn run_with_a_pinned_file(
+    sandbox: &Sandbox,
+    prefix: &str,
+    status: u8,
+) -> (
+    std::process::Output,
+    serde_json::Value,
+    std::path::PathBuf,
+    ImmutableGuard,
+) {
+    let report = sandbox.outside(&unique("report"));
+    let script = format!(
+        r#"{prefix} && echo x > "$HOME/pinned" && : > "$HOME/ready"
+while [ ! -e "$HOME/go" ]; do sleep 0.05; done; exit {status}"#
+    );
+    let report_arg = report.to_str().unwrap();
+    let child = spawn_run(
+        sandbox,
+        &["--report", report_arg, "--", "sh", "-c", &script],
+    );
+    let mut reaper = Reaper::of(child);
+    let root = wait_for_root(sandbox);
+    let ready = wait_until(Duration::from_secs(10), || root.join("home/ready").exists());
+    assert!(ready, "the run did not start");
+    let immutable = ImmutableGuard::set(&root.join("home/pinned"));
+    fs::write(root.join("home/go"), "").unwrap();
+    let out = reaper.child.take().unwrap().wait_with_output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    (out, report, root, immutable)
+}
+
 #[test]
 fn a_runs_own_removal_retries_a_bounded_number_of_times_and_keeps_the_commands_status() {
     require_root(
         "a_runs_own_removal_retries_a_bounded_number_of_times_and_keeps_the_commands_status",
     );
     let sandbox = Sandbox::new();
-    let report = sandbox.outside("report.json");
-    let script = r#"echo x > "$HOME/pinned"; : > "$HOME/ready"
-while [ ! -e "$HOME/go" ]; do sleep 0.05; done; exit 3"#;
-    let child = spawn_run(
-        &sandbox,
-        &[
-            "--report",
-            report.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            script,
-        ],
-    );
-    let mut reaper = Reaper::of(child);
-    let root = wait_for_root(&sandbox);
-    assert!(wait_until(Duration::from_secs(10), || root
-        .join("home/ready")
-        .exists()));
-    let immutable = ImmutableGuard::set(&root.join("home/pinned"));
-    fs::write(root.join("home/go"), "").unwrap();
-    let out = reaper.child.take().unwrap().wait_with_output().unwrap();
+    let (out, report, root, immutable) = run_with_a_pinned_file(&sandbox, "true", 3);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         out.status.code(),
@@ -1078,7 +1092,6 @@ while [ ! -e "$HOME/go" ]; do sleep 0.05; done; exit 3"#;
         "a failed cleanup changed the status: {stderr}"
     );
     assert!(stderr.contains("cleanup incomplete"), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
     let cleanup = &report["cleanup"];
     assert_eq!(cleanup["status"], "leftover", "{cleanup}");
     // One walk and five retries (10, 50, 150, 400, 1000 ms apart): bounded, then it gives up.
@@ -1505,30 +1518,8 @@ fn a_run_that_deletes_or_replaces_its_marker_is_still_cleaned_up() {
     }
     // When the removal cannot finish, the leftover gets its true marker back, so gc can prove it
     // is ours and finish it later.
-    let report = sandbox.outside("report.json");
-    let script = format!(
-        "rm {m} && mkdir {m} && echo x > \"$HOME/pinned\" && : > \"$HOME/ready\" && \
-         while [ ! -e \"$HOME/go\" ]; do sleep 0.05; done"
-    );
-    let child = spawn_run(
-        &sandbox,
-        &[
-            "--report",
-            report.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
-    let mut reaper = Reaper::of(child);
-    let root = wait_for_root(&sandbox);
-    assert!(wait_until(Duration::from_secs(10), || root
-        .join("home/ready")
-        .exists()));
-    let immutable = ImmutableGuard::set(&root.join("home/pinned"));
-    fs::write(root.join("home/go"), "").unwrap();
-    let out = reaper.child.take().unwrap().wait_with_output().unwrap();
+    let (out, _, root, immutable) =
+        run_with_a_pinned_file(&sandbox, &format!("rm {m} && mkdir {m}"), 0);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let name = root.file_name().unwrap().to_str().unwrap().to_string();
     let trash = format!(".trash-{name}");

@@ -284,6 +284,8 @@ struct Pass<'a> {
     started: Instant,
     /// The one pass over `/proc`, made when the first candidate needs it.
     tagged: Option<Tagged>,
+    /// The cgroup2 mount, read when the first recorded cgroup is met.
+    cgroup_mount: Option<Option<PathBuf>>,
     /// Leftovers not to try (known stuck, at the start of a run).
     skip: HashSet<String>,
     /// Whether entries whose dead owner's lock is held are settled (their leftovers killed and
@@ -305,6 +307,7 @@ impl<'a> Pass<'a> {
             budget,
             started: Instant::now(),
             tagged: None,
+            cgroup_mount: None,
             skip: HashSet::new(),
             settle_locks: mode == Mode::Reclaim,
             summary: GcSummary {
@@ -413,6 +416,7 @@ impl<'a> Pass<'a> {
     /// and its recorded cgroup (which `contain` verifies; a missing one costs one failed open).
     fn kill_orphans(&mut self, run_id: &str, cgroup: Option<&str>) {
         let uid = self.ns.euid();
+        let cgroup = cgroup.filter(|path| self.cgroup_may_exist(path));
         let killed = if self.tagged().has(run_id) {
             contain::kill_orphans(run_id, uid, cgroup)
         } else if let Some(cgroup) = cgroup {
@@ -423,10 +427,29 @@ impl<'a> Pass<'a> {
         self.summary.killed.extend(killed);
     }
 
+    /// Whether a recorded cgroup is worth handing to `contain`, which verifies it for real: a
+    /// path below the cgroup2 mount (read once per pass) that still exists. A cgroup a watchdog or
+    /// its runner removed then costs one `lstat`, and a forged path outside the mount none.
+    fn cgroup_may_exist(&mut self, path: &str) -> bool {
+        let mount = self
+            .cgroup_mount
+            .get_or_insert_with(|| contain::cgroup2_mount().ok());
+        let below = mount
+            .as_ref()
+            .is_some_and(|m| std::path::Path::new(path).starts_with(m));
+        below
+            && rustix::fs::statat(
+                rustix::fs::CWD,
+                path,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW | rustix::fs::AtFlags::NO_AUTOMOUNT,
+            )
+            .is_ok()
+    }
+
     /// What would be killed for `run_id` (a dry run).
     fn would_kill(&mut self, run_id: &str, cgroup: Option<&str>) {
         let mut found = self.tagged().processes(run_id);
-        if let Some(cgroup) = cgroup {
+        if let Some(cgroup) = cgroup.filter(|path| self.cgroup_may_exist(path)) {
             for p in contain::recorded_cgroup_members(std::path::Path::new(cgroup), run_id) {
                 if !found.iter().any(|f| f.id == p.id) {
                     found.push(p);

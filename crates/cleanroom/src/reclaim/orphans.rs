@@ -45,10 +45,9 @@ impl Tagged {
         let me = std::process::id() as i32;
         let mut tagged = Tagged::default();
         for pid in process::all_pids() {
-            if pid == me || process::real_uid(pid) != Some(uid) {
-                continue;
-            }
-            let Some(environ) = process::environ(pid) else {
+            // The environment first: most processes carry no run id (and those of other users
+            // cannot be read at all), so the uid is read only for the few that do.
+            let Some(environ) = process::environ(pid).filter(|_| pid != me) else {
                 continue;
             };
             let value = |prefix: &str| {
@@ -57,7 +56,7 @@ impl Tagged {
                     .find_map(|var| var.strip_prefix(prefix.as_bytes()))
                     .map(<[u8]>::to_vec)
             };
-            if let Some(run) = value(&run_prefix) {
+            if let Some(run) = value(&run_prefix).filter(|_| process::real_uid(pid) == Some(uid)) {
                 let root = value(&root_prefix);
                 let found = TaggedProcess { pid, root };
                 tagged.by_run.entry(run).or_default().push(found);
