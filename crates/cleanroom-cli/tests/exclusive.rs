@@ -30,15 +30,22 @@ fn waiting_notice(waiter: &mut Child) -> String {
     let stderr = waiter.stderr.take().expect("piped stderr");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let mut seen = Vec::new();
         for line in std::io::BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
             if line.contains("waiting for lock") {
-                let _ = tx.send(line);
+                let _ = tx.send(Ok(line));
+                return;
             }
+            seen.push(line);
         }
+        let _ = tx.send(Err(seen));
     });
-    rx.recv_timeout(Duration::from_secs(20))
-        .expect("the waiter never said it was waiting")
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(notice)) => notice,
+        Ok(Err(stderr)) => panic!("the waiter ended without waiting: {stderr:?}"),
+        Err(e) => panic!("the waiter never said it was waiting: {e}"),
+    }
 }
 
 fn wait_for_file(path: &std::path::Path) {
@@ -177,8 +184,11 @@ fn a_sigkilled_holders_lock_is_taken_by_the_waiter_at_once() {
     let holder = spawn_run(
         &sandbox,
         &["--exclusive", "db"],
+        // The marker rides in the shell's own argv (`sleep 300 MARKER` would fail at once and
+        // end the holder before any waiter could wait for it); what survives the runner must not
+        // hold its output open.
         &format!(
-            "touch {}; exec sleep 300 {}",
+            "exec >/dev/null 2>&1; touch {}; sleep 300; : {}",
             held.display(),
             sandbox.marker()
         ),
