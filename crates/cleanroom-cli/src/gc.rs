@@ -1,12 +1,19 @@
 //! `cleanroom gc` and `cleanroom list`: human and JSON output over `cleanroom::reclaim`.
 //!
+//! JSON: `gc --json` prints a `cleanroom-gc` document, `list --json` a `cleanroom-list` one
+//! (both version 1, described in `docs/removal.md`). Text: `list` has a header row and escapes
+//! control characters in names, commands and reasons; `gc` names every killed process and every
+//! entry that needs a person, then one summary line (each removed root too with `-v`).
+//!
 //! Exit status: 0 when everything that was stale is gone (or nothing was), 1 when some removal
 //! failed (the leftovers are named and the next gc retries them), 125 for cleanroom's own
 //! failures (for example an unsafe state directory).
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
+use std::os::unix::ffi::OsStrExt;
 
-use cleanroom::reclaim::{self, Budget, EntryState, GcOptions};
+use cleanroom::reclaim::{self, Budget, GcOptions};
 use cleanroom::{Error, Namespace};
 
 use crate::Global;
@@ -14,7 +21,7 @@ use crate::Global;
 /// Options of `cleanroom gc`.
 #[derive(clap::Args, Debug)]
 pub struct GcArgs {
-    /// Show what would be removed; change nothing.
+    /// Show what would be removed and killed, and the space it would free; change nothing.
     #[arg(long)]
     dry_run: bool,
     /// Print the summary as JSON.
@@ -54,7 +61,11 @@ pub fn gc_main(args: GcArgs, global: &Global) -> u8 {
             if args.json {
                 println!(
                     "{}",
-                    serde_json::to_string(&reclaim::GcSummary::default()).expect("json")
+                    serde_json::to_string(&reclaim::GcSummary {
+                        dry_run: args.dry_run,
+                        ..reclaim::GcSummary::default()
+                    })
+                    .expect("json")
                 );
             } else {
                 eprintln!(
@@ -97,37 +108,68 @@ pub fn gc_main(args: GcArgs, global: &Global) -> u8 {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary).expect("json"));
     } else {
-        let verb = if summary.dry_run {
-            "would remove"
-        } else {
-            "removed"
-        };
-        for name in &summary.removed_names {
-            println!("{verb} {}", ns.path().join(name).display());
-        }
-        for process in &summary.killed {
-            println!("killed orphan pid {}: {}", process.id.pid, process.command);
-        }
-        for error in &summary.errors {
-            eprintln!("cleanroom: could not remove {error}");
-        }
-        println!(
-            "scanned {}, {verb} {}, skipped live {}, kept {}, foreign {}, errors {}, truncated {}, freed {}",
-            summary.scanned,
-            summary.removed,
-            summary.skipped_live,
-            summary.kept,
-            summary.foreign,
-            summary.errors.len(),
-            if summary.truncated { "yes" } else { "no" },
-            human_bytes(summary.bytes_freed)
-        );
+        print_summary(&ns, &summary, global.verbose > 0);
     }
     if summary.errors.is_empty() {
         0
     } else {
         1
     }
+}
+
+/// What `gc` prints for people: every killed process, every entry that needs a person's
+/// attention, the errors, and one summary line; each removed root only with `-v`.
+fn print_summary(ns: &Namespace, summary: &reclaim::GcSummary, verbose: bool) {
+    let (remove, kill, free) = if summary.dry_run {
+        ("would remove", "would kill", "would free")
+    } else {
+        ("removed", "killed", "freed")
+    };
+    if verbose {
+        for name in &summary.removed_names {
+            println!(
+                "{remove} {}",
+                escaped(&ns.path().join(name).to_string_lossy())
+            );
+        }
+    }
+    for process in &summary.killed {
+        println!(
+            "{kill} orphan pid {}: {}",
+            process.id.pid,
+            escaped(&process.command)
+        );
+    }
+    for locked in &summary.locked {
+        println!(
+            "left {}: its owner is gone, but a process outside the run holds its lock (see `cleanroom list`)",
+            escaped(&ns.path().join(&locked.name).to_string_lossy())
+        );
+    }
+    for name in &summary.unproven {
+        println!(
+            "left {}: named like a root, but its marker is damaged (see `cleanroom list`)",
+            escaped(&ns.path().join(name).to_string_lossy())
+        );
+    }
+    for error in &summary.errors {
+        eprintln!("cleanroom: could not remove {}", escaped(error));
+    }
+    println!(
+        "scanned {}: {remove} {}, live {}, kept {}, foreign {}, unproven {}, locked {}, errors {}{}; \
+         {kill} {} process(es); {free} {}",
+        summary.scanned,
+        summary.removed,
+        summary.skipped_live,
+        summary.kept,
+        summary.foreign,
+        summary.unproven.len(),
+        summary.locked.len(),
+        summary.errors.len(),
+        if summary.truncated { " (truncated)" } else { "" },
+        summary.killed.len(),
+        human_bytes(summary.bytes_freed)
+    );
 }
 
 /// Lists the namespace.
@@ -140,48 +182,112 @@ pub fn list_main(args: ListArgs, global: &Global) -> u8 {
         .as_ref()
         .map(|ns| reclaim::list(ns, args.sizes))
         .unwrap_or_default();
+    let locks = match ns.as_ref().map(cleanroom::lock::list).transpose() {
+        Ok(locks) => locks.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("cleanroom: cannot list locks: {e}");
+            Vec::new()
+        }
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&entries).expect("json"));
+        let listing = reclaim::Listing {
+            format: reclaim::LIST_FORMAT,
+            version: reclaim::JSON_VERSION,
+            state_dir: global.namespace_path(),
+            entries,
+            locks,
+        };
+        println!("{}", serde_json::to_string_pretty(&listing).expect("json"));
         return 0;
     }
+    println!(
+        "{:<8} {:>7} {:>6} {:>9} NAME  COMMAND  (REASON)",
+        "STATE", "PID", "AGE", "SIZE"
+    );
     for e in &entries {
-        let state = match e.state {
-            EntryState::Live => "live",
-            EntryState::Stale => "stale",
-            EntryState::Kept => "kept",
-            EntryState::Leftover => "leftover",
-            EntryState::Locks => "locks",
-            EntryState::Foreign => "foreign",
-        };
         let pid = e
             .owner_pid
             .map(|p| p.to_string())
             .unwrap_or_else(|| "-".into());
         let age = e.age_secs.map(human_age).unwrap_or_else(|| "-".into());
-        let size = e.size_bytes.map(human_bytes).unwrap_or_default();
+        let size = e.size_bytes.map(human_bytes).unwrap_or_else(|| "-".into());
         println!(
-            "{state:<8} {pid:>7} {age:>6} {size:>9} {}  {}  ({})",
-            e.name,
-            e.command.join(" "),
-            e.reason
+            "{:<8} {pid:>7} {age:>6} {size:>9} {}  {}  ({})",
+            e.state.as_str(),
+            shell_word(e.raw_name.as_bytes()),
+            escaped(&e.command.join(" ")),
+            escaped(&e.reason)
         );
     }
-    if let Some(ns) = &ns {
-        match cleanroom::lock::list(ns) {
-            Ok(locks) => {
-                for lock in locks {
-                    println!(
-                        "lock     {}:{}  {}",
-                        lock.record.scope,
-                        lock.record.name,
-                        lock.describe()
-                    );
-                }
-            }
-            Err(e) => eprintln!("cleanroom: cannot list locks: {e}"),
-        }
+    for lock in locks {
+        println!(
+            "{:<8} {:>7} {:>6} {:>9} {}:{}  {}",
+            "lock",
+            lock.record.owner.pid,
+            "-",
+            "-",
+            lock.record.scope,
+            escaped(&lock.record.name),
+            escaped(&lock.describe())
+        );
     }
     0
+}
+
+/// `text` with control characters escaped (`\n`, `\u{1b}`), so that no name or command can
+/// forge lines or move the cursor.
+fn escaped(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
+/// A name as one shell word: as it is when it is plain printable text, else in `$'…'` quoting
+/// (as `ls` shows it), where control characters and invalid UTF-8 are escaped.
+fn shell_word(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.chars().any(|c| c.is_control() || c == '\'') && !text.is_empty() => {
+            Cow::Borrowed(text)
+        }
+        _ => {
+            let mut out = String::from("$'");
+            for chunk in bytes.utf8_chunks() {
+                for c in chunk.valid().chars() {
+                    match c {
+                        '\'' | '\\' => {
+                            out.push('\\');
+                            out.push(c);
+                        }
+                        '\n' => out.push_str("\\n"),
+                        '\t' => out.push_str("\\t"),
+                        c if c.is_control() => {
+                            let mut buf = [0; 4];
+                            for b in c.encode_utf8(&mut buf).bytes() {
+                                out.push_str(&format!("\\x{b:02x}"));
+                            }
+                        }
+                        c => out.push(c),
+                    }
+                }
+                for b in chunk.invalid() {
+                    out.push_str(&format!("\\x{b:02x}"));
+                }
+            }
+            out.push('\'');
+            Cow::Owned(out)
+        }
+    }
 }
 
 fn human_bytes(bytes: u64) -> String {

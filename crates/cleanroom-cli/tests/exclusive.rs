@@ -23,6 +23,31 @@ fn spawn_run(sandbox: &Sandbox, run_args: &[&str], script: &str) -> Child {
         .expect("spawn cleanroom run")
 }
 
+/// Reads the waiter's stderr until its "waiting for lock" notice (20 s at most) and returns it;
+/// the rest of its stderr is discarded.
+fn waiting_notice(waiter: &mut Child) -> String {
+    use std::io::BufRead;
+    let stderr = waiter.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("waiting for lock") {
+                let _ = tx.send(Ok(line));
+                return;
+            }
+            seen.push(line);
+        }
+        let _ = tx.send(Err(seen));
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(notice)) => notice,
+        Ok(Err(stderr)) => panic!("the waiter ended without waiting: {stderr:?}"),
+        Err(e) => panic!("the waiter never said it was waiting: {e}"),
+    }
+}
+
 fn wait_for_file(path: &std::path::Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !path.exists() {
@@ -159,23 +184,35 @@ fn a_sigkilled_holders_lock_is_taken_by_the_waiter_at_once() {
     let holder = spawn_run(
         &sandbox,
         &["--exclusive", "db"],
+        // The marker rides in the shell's own argv (`sleep 300 MARKER` would fail at once and
+        // end the holder before any waiter could wait for it); what survives the runner must not
+        // hold its output open.
         &format!(
-            "touch {}; exec sleep 300 {}",
+            "exec >/dev/null 2>&1; touch {}; sleep 300; : {}",
             held.display(),
             sandbox.marker()
         ),
     );
     wait_for_file(&held);
-    let waiter = spawn_run(&sandbox, &["--exclusive", "db"], "true");
-    std::thread::sleep(Duration::from_millis(300));
+    let started = sandbox.scratch().join("started");
+    let mut waiter = spawn_run(
+        &sandbox,
+        &["--exclusive", "db"],
+        &format!("touch {}", started.display()),
+    );
+    // The waiter must really be blocked: it says so after its first failed attempt, and its
+    // command has not run.
+    let notice = waiting_notice(&mut waiter);
+    assert!(notice.contains("waiting for lock db,"), "{notice}");
+    assert!(
+        !started.exists(),
+        "the waiter ran while the holder held the lock"
+    );
     send_signal(&holder, rustix::process::Signal::KILL);
     let killed_at = Instant::now();
     let out = sandbox.wait_for_runner(waiter, Duration::from_secs(30));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(started.exists(), "the waiter's command did not run");
     assert!(
         killed_at.elapsed() < Duration::from_secs(5),
         "the waiter took {:?} after the holder died",

@@ -19,78 +19,92 @@
 //!   show) in place, and removes symlinks and hard links without touching their targets.
 //!
 //! Every test owns a private state directory on tmpfs; root-only cases (chattr, mounts, other
-//! uids) skip themselves when not run as root, and every guard undoes what it did.
+//! uids, cgroups) fail with a message naming what they need when not run as root (CI runs as
+//! root), and every guard undoes what it did.
 
 mod common;
 mod gc_support;
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gc_support::*;
 
-/// The root, the processes and the cgroup a `cleanroom run` leaves when its runner is SIGKILLed.
-struct Crashed {
+/// What a `cleanroom run` leaves when its runner is SIGKILLed: its root, the processes it
+/// started (all alive), the marker in their command lines.
+struct Left {
     root: std::path::PathBuf,
-    orphans: Vec<Owner>,
+    name: String,
+    processes: Vec<Owner>,
     marker: String,
     _reaper: Reaper,
 }
 
-/// Starts a run whose command leaves a `setsid` daemon and a background child, waits until they
-/// are all up, then SIGKILLs the runner (only the runner).
-fn crash_a_run(sandbox: &Sandbox, extra: &[&str]) -> Crashed {
-    let marker = unique("orphan");
-    let script = r#"setsid sh -c 'sleep 300; :' "$0-setsid" &
-sh -c 'sleep 300; :' "$0-bg" &
-echo up > "$HOME/up"
-sleep 300"#;
+/// Starts `cleanroom run EXTRA -- sh -c SCRIPT MARKER`, waits until `$HOME/up` exists and the
+/// runner has at least `min` descendants, then SIGKILLs the runner — and, first, stops any
+/// watchdog that would kill the run with it (a fork of the runner outside its tree), as the
+/// OOM killer or `kill -9 -1` would: gc is what is left then.
+fn kill_runner_of(sandbox: &Sandbox, extra: &[&str], script: &str, min: usize) -> Left {
+    let marker = unique("left");
     let mut args: Vec<&str> = extra.to_vec();
     args.extend(["--", "sh", "-c", script, &marker]);
     let child = spawn_run(sandbox, &args);
     let runner = child.id() as i32;
     let mut reaper = Reaper::of(child);
     let root = wait_for_root(sandbox);
-    // The runner, the command, the two inner shells: all carry the marker in argv.
-    // sh, the setsid sh and the background sh (with the marker in argv), and 3 sleeps.
     let up = wait_until(Duration::from_secs(10), || {
-        root.join("home/up").exists()
-            && processes_with(&marker).len() >= 4
-            && descendants(runner).len() >= 6
+        root.join("home/up").exists() && descendants(runner).len() >= min
     });
     assert!(up, "the run's processes did not start");
-    let orphans = descendants(runner);
-    reaper.processes = orphans.clone();
+    let processes = descendants(runner);
+    let twins = twins_of(runner);
+    reaper.processes = processes.iter().chain(&twins).copied().collect();
+    signal_all(&twins, rustix::process::Signal::STOP);
     let child = reaper.child.as_mut().unwrap();
     child.kill().unwrap(); // SIGKILL to the runner alone
     child.wait().unwrap();
+    signal_all(&twins, rustix::process::Signal::KILL);
     assert!(
-        orphans.iter().any(|p| is_alive(*p)),
+        processes.iter().all(|p| is_alive(*p)),
         "the runner's processes must outlive it for this test to mean anything"
     );
-    Crashed {
+    let name = root.file_name().unwrap().to_str().unwrap().to_string();
+    Left {
         root,
-        orphans,
+        name,
+        processes,
         marker,
         _reaper: reaper,
     }
 }
 
+/// A setsid daemon and a background child, all tagged: what a crashed runner leaves.
+const CRASH_SCRIPT: &str = r#"setsid sh -c 'sleep 300; :' "$0-setsid" &
+sh -c 'sleep 300; :' "$0-bg" &
+echo up > "$HOME/up"
+sleep 300"#;
+
+/// The sandboxes and containment a regression test covers: the session rung as root and as an
+/// unprivileged user (through setpriv), and the cgroup rung (root).
+fn rungs() -> Vec<(Sandbox, &'static str)> {
+    require_root("the rungs of a regression test");
+    vec![
+        (Sandbox::new(), "session"),
+        (Sandbox::for_nobody(), "session"),
+        (Sandbox::new(), "cgroup"),
+    ]
+}
+
 #[test]
 fn sigkilled_runner_root_and_orphans_are_gone_after_gc() {
     let sandbox = Sandbox::new();
-    let crashed = crash_a_run(&sandbox, &["--contain", "session"]);
-    let name = crashed
-        .root
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
-    let (state, reason) = sandbox.state_of(&name);
+    let crashed = kill_runner_of(&sandbox, &["--contain", "session"], CRASH_SCRIPT, 6);
+    let (state, reason) = sandbox.state_of(&crashed.name);
     assert_eq!(state, "stale", "{reason}");
 
     let marked = processes_with(&crashed.marker);
@@ -99,7 +113,7 @@ fn sigkilled_runner_root_and_orphans_are_gone_after_gc() {
         "the orphaned shells should be alive: {marked:?}"
     );
 
-    let out = sandbox.output(&["gc"]);
+    let out = sandbox.output(&["gc", "-v"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
@@ -119,18 +133,16 @@ fn sigkilled_runner_root_and_orphans_are_gone_after_gc() {
         vec![],
         "orphans survived gc"
     );
-    let survivors: Vec<_> = crashed.orphans.iter().filter(|p| is_alive(**p)).collect();
+    let survivors: Vec<_> = crashed.processes.iter().filter(|p| is_alive(**p)).collect();
     assert!(survivors.is_empty(), "survived gc: {survivors:?}");
     assert_eq!(sandbox.names(), Vec::<String>::new());
 }
 
 #[test]
 fn sigkilled_runner_in_a_cgroup_is_reclaimed_with_its_cgroup() {
-    if skip_unless_root("sigkilled_runner_in_a_cgroup_is_reclaimed_with_its_cgroup") {
-        return;
-    }
+    require_root("sigkilled_runner_in_a_cgroup_is_reclaimed_with_its_cgroup");
     let sandbox = Sandbox::new();
-    let crashed = crash_a_run(&sandbox, &["--contain", "cgroup"]);
+    let crashed = kill_runner_of(&sandbox, &["--contain", "cgroup"], CRASH_SCRIPT, 6);
     let marker: serde_json::Value =
         serde_json::from_slice(&fs::read(crashed.root.join(MARKER)).unwrap()).unwrap();
     let cgroup = marker["cgroup"].as_str().expect("a cgroup was recorded");
@@ -152,7 +164,7 @@ fn sigkilled_runner_in_a_cgroup_is_reclaimed_with_its_cgroup() {
     assert!(!crashed.root.exists());
     assert!(!Path::new(cgroup).exists(), "the run's cgroup is left");
     assert_eq!(processes_with(&crashed.marker), vec![]);
-    assert!(crashed.orphans.iter().all(|p| !is_alive(*p)));
+    assert!(crashed.processes.iter().all(|p| !is_alive(*p)));
 }
 
 #[test]
@@ -255,8 +267,23 @@ fn foreign_directories_are_reported_with_their_reason_and_never_touched() {
     let sandbox = Sandbox::new();
     let outside = sandbox.outside("elsewhere");
     fs::create_dir(&outside).unwrap();
-    let mut cases: Vec<(String, &str)> = Vec::new();
-    let mut add = |name: String, reason: &'static str| cases.push((name, reason));
+    // (name, state, what the reason must say)
+    let mut cases: Vec<(String, &str, &str)> = Vec::new();
+    // Damaged markers, as a crash or a careless run leaves them, are named like ours but never
+    // proven: reported as unproven with the command that removes them.
+    let mut add = |name: String, reason: &'static str| {
+        let damaged = [
+            "no marker",
+            "marker is not valid",
+            "marker is not a regular file",
+        ];
+        let state = if damaged.contains(&reason) {
+            "unproven"
+        } else {
+            "foreign"
+        };
+        cases.push((name, state, reason));
+    };
 
     let spec = RootSpec::stale(&sandbox);
     let root = spec.create(&sandbox);
@@ -267,6 +294,12 @@ fn foreign_directories_are_reported_with_their_reason_and_never_touched() {
     let root = spec.create(&sandbox);
     fs::write(root.join(MARKER), "{\"format\":\"cleanroom-root-marker\",").unwrap();
     add(spec.name(), "marker is not valid");
+
+    let spec = RootSpec::stale(&sandbox);
+    let root = spec.create(&sandbox);
+    fs::remove_file(root.join(MARKER)).unwrap();
+    fs::create_dir(root.join(MARKER)).unwrap();
+    add(spec.name(), "marker is not a regular file");
 
     let spec = RootSpec {
         version: 2,
@@ -298,12 +331,6 @@ fn foreign_directories_are_reported_with_their_reason_and_never_touched() {
     std::os::unix::fs::symlink(outside.join("real-marker.json"), root.join(MARKER)).unwrap();
     add(spec.name(), "marker is a symbolic link");
 
-    let spec = RootSpec::stale(&sandbox);
-    let root = spec.create(&sandbox);
-    fs::remove_file(root.join(MARKER)).unwrap();
-    fs::create_dir(root.join(MARKER)).unwrap();
-    add(spec.name(), "marker is not a regular file");
-
     // Not our naming at all, with a perfectly valid stale marker inside.
     let spec = RootSpec::stale(&sandbox);
     spec.create_as(&sandbox, "run-not-an-id");
@@ -323,17 +350,45 @@ fn foreign_directories_are_reported_with_their_reason_and_never_touched() {
 
     let before = snapshot(sandbox.dir.path());
     let listed = sandbox.list(false);
-    for (name, reason) in &cases {
+    for (name, state, reason) in &cases {
         let e = &listed[name];
-        assert_eq!(e["state"], "foreign", "{name}: {e}");
+        assert_eq!(e["state"], *state, "{name}: {e}");
         let got = e["reason"].as_str().unwrap();
         assert!(got.contains(reason), "{name}: want {reason:?}, got {got:?}");
+        if *state == "unproven" {
+            let remove = format!(
+                "rm -rf --one-file-system -- {}",
+                sandbox.ns.join(name).display()
+            );
+            assert!(got.contains(&remove), "{name}: {got}");
+        }
     }
+    let foreign = cases.iter().filter(|c| c.1 == "foreign").count();
+    let mut unproven: Vec<String> = cases
+        .iter()
+        .filter(|c| c.1 == "unproven")
+        .map(|c| c.0.clone())
+        .collect();
+    unproven.sort();
     for extra in [&["--dry-run"][..], &[][..], &["--kept"][..]] {
         let (summary, code) = sandbox.gc_json(extra);
         assert_eq!(code, 0, "{summary}");
-        assert_eq!(summary["foreign"], cases.len(), "{summary}");
+        assert_eq!(summary["foreign"], foreign, "{summary}");
+        assert_eq!(
+            summary["unproven"],
+            serde_json::json!(unproven),
+            "{summary}"
+        );
         assert_eq!(summary["removed"], 0, "{summary}");
+    }
+    let out = sandbox.output(&["gc"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for name in &unproven {
+        let line = format!(
+            "left {}: named like a root",
+            sandbox.ns.join(name).display()
+        );
+        assert!(stdout.contains(&line), "{stdout}");
     }
     assert_eq!(before, snapshot(sandbox.dir.path()));
 }
@@ -450,9 +505,7 @@ fn kept_roots_survive_gc_and_go_with_gc_kept() {
 
 #[test]
 fn removal_failing_part_way_is_reported_and_finished_by_the_next_gc() {
-    if skip_unless_root("removal_failing_part_way_is_reported_and_finished_by_the_next_gc") {
-        return;
-    }
+    require_root("removal_failing_part_way_is_reported_and_finished_by_the_next_gc");
     let sandbox = Sandbox::new();
     let spec = RootSpec::stale(&sandbox);
     let root = spec.create(&sandbox);
@@ -519,9 +572,7 @@ fn read_only_root(sandbox: &Sandbox) -> std::path::PathBuf {
 
 #[test]
 fn unprivileged_gc_removes_read_only_and_unreadable_trees() {
-    if skip_unless_root("unprivileged_gc_removes_read_only_and_unreadable_trees") {
-        return;
-    }
+    require_root("unprivileged_gc_removes_read_only_and_unreadable_trees");
     let sandbox = Sandbox::for_nobody();
     let root = read_only_root(&sandbox);
     let name = root.file_name().unwrap().to_str().unwrap().to_string();
@@ -534,9 +585,7 @@ fn unprivileged_gc_removes_read_only_and_unreadable_trees() {
 
 #[test]
 fn unprivileged_gc_removes_a_root_whose_own_directory_is_read_only() {
-    if skip_unless_root("unprivileged_gc_removes_a_root_whose_own_directory_is_read_only") {
-        return;
-    }
+    require_root("unprivileged_gc_removes_a_root_whose_own_directory_is_read_only");
     let sandbox = Sandbox::for_nobody();
     let spec = RootSpec::stale(&sandbox);
     let root = spec.create(&sandbox);
@@ -573,7 +622,12 @@ fn dry_run_changes_nothing_and_json_reports_every_field() {
 
     let (summary, code) = sandbox.gc_json(&["--dry-run"]);
     assert_eq!(code, 0, "{summary}");
+    assert_eq!(summary["format"], "cleanroom-gc");
+    assert_eq!(summary["version"], 1);
     for (field, kind) in [
+        ("unproven", "array"),
+        ("locked", "array"),
+        ("stuck_skipped", "array"),
         ("scanned", "number"),
         ("removed", "number"),
         ("skipped_live", "number"),
@@ -609,9 +663,27 @@ fn dry_run_changes_nothing_and_json_reports_every_field() {
         "--dry-run changed the namespace"
     );
     assert!(is_alive(tagged_id), "--dry-run killed a process");
+    // What it would kill and free.
+    let would_kill: Vec<i64> = summary["killed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["pid"].as_i64().unwrap())
+        .collect();
+    // The tagged shell and the sleep it started (which inherited the tag).
+    assert!(would_kill.contains(&i64::from(tagged_id.pid)), "{summary}");
+    assert_eq!(would_kill.len(), 2, "{summary}");
+    assert!(summary["bytes_freed"].as_u64().unwrap() > 0, "{summary}");
 
     let out = sandbox.output(&["gc", "--dry-run"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("would remove"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("would kill orphan pid {}: sh -c", tagged_id.pid)),
+        "{stdout}"
+    );
+    assert!(stdout.contains("would remove 3"), "{stdout}");
+    assert!(stdout.contains("would free"), "{stdout}");
+    assert!(is_alive(tagged_id), "--dry-run killed a process");
 
     let (summary, code) = sandbox.gc_json(&[]);
     assert_eq!(code, 0, "{summary}");
@@ -696,9 +768,7 @@ fn tree_deeper_than_path_max_is_removed() {
 
 #[test]
 fn bind_mount_inside_a_stale_root_is_left_in_place_and_reported() {
-    if skip_unless_root("bind_mount_inside_a_stale_root_is_left_in_place_and_reported") {
-        return;
-    }
+    require_root("bind_mount_inside_a_stale_root_is_left_in_place_and_reported");
     let sandbox = Sandbox::new();
     let victim = make_victim(&sandbox.outside("victim"));
     let spec = RootSpec::stale(&sandbox);
@@ -730,9 +800,7 @@ fn bind_mount_inside_a_stale_root_is_left_in_place_and_reported() {
 
 #[test]
 fn unprivileged_gc_does_not_chmod_an_unreadable_mounted_directory() {
-    if skip_unless_root("unprivileged_gc_does_not_chmod_an_unreadable_mounted_directory") {
-        return;
-    }
+    require_root("unprivileged_gc_does_not_chmod_an_unreadable_mounted_directory");
     let sandbox = Sandbox::for_nobody();
     // The user's own private directory elsewhere, bind-mounted into a stale root.
     let victim = make_victim(&sandbox.outside("private"));
@@ -794,9 +862,7 @@ fn links_inside_a_root_are_removed_and_their_targets_survive() {
 
 #[test]
 fn unprivileged_run_that_makes_its_root_read_only_is_still_cleaned_up() {
-    if skip_unless_root("unprivileged_run_that_makes_its_root_read_only_is_still_cleaned_up") {
-        return;
-    }
+    require_root("unprivileged_run_that_makes_its_root_read_only_is_still_cleaned_up");
     let sandbox = Sandbox::for_nobody();
     for script in [
         r#"echo x > "$HOME/f" && chmod 555 "$HOME/.." "$HOME""#,
@@ -811,7 +877,7 @@ fn unprivileged_run_that_makes_its_root_read_only_is_still_cleaned_up() {
 }
 
 #[test]
-fn empty_quarantine_is_removed_but_a_marker_less_one_with_contents_is_foreign() {
+fn empty_quarantine_is_removed_but_a_marker_less_one_with_contents_is_unproven() {
     let sandbox = Sandbox::new();
     let empty = format!(".trash-{}", root_name(&new_run_id()));
     fs::create_dir(sandbox.ns.join(&empty)).unwrap();
@@ -819,7 +885,7 @@ fn empty_quarantine_is_removed_but_a_marker_less_one_with_contents_is_foreign() 
     fs::create_dir(sandbox.ns.join(&full)).unwrap();
     fs::write(sandbox.ns.join(&full).join("data"), "kept\n").unwrap();
     assert_eq!(sandbox.state_of(&empty).0, "leftover");
-    assert_eq!(sandbox.state_of(&full).0, "foreign");
+    assert_eq!(sandbox.state_of(&full).0, "unproven");
     let (summary, code) = sandbox.gc_json(&[]);
     assert_eq!(code, 0, "{summary}");
     assert_eq!(removed_names(&summary), vec![empty]);
@@ -923,45 +989,642 @@ fn a_cgroup_path_forged_into_a_marker_is_never_followed() {
 }
 
 #[test]
-#[ignore = "timing-dependent (a writer must win a race against the walk); run with --ignored"]
-fn a_root_that_cannot_be_emptied_keeps_its_marker_for_the_next_gc() {
-    // Something outside the run (no CLEANROOM_RUN_ID, so gc does not kill it) keeps creating
-    // entries at the top of a stale root, so the final rmdir keeps failing. The leftover must
-    // keep its marker: without it, no later gc could ever prove it is ours. The writer wins the
-    // race almost always; the scenario is repeated until it does (a removal that succeeds
-    // proves nothing here).
+fn a_removal_whose_final_rmdir_fails_keeps_its_marker_for_the_next_gc() {
+    require_root("a_removal_whose_final_rmdir_fails_keeps_its_marker_for_the_next_gc");
+    // A quarantined root of a dead run in a namespace made immutable: the walk empties it, but
+    // the final rmdir from the namespace fails every time. The marker went last and must be
+    // written back, or no later gc could ever prove the leftover is ours.
     let sandbox = Sandbox::new();
-    for _ in 0..10 {
-        let spec = RootSpec::stale(&sandbox);
-        let root = spec.create(&sandbox);
-        let mut writer = std::process::Command::new("perl")
-            // Eight names, recreated as fast as the walk removes them: never more than 8 inodes.
-            .args(["-e", "while (1) { mkdir \"d$_\" for 0 .. 7 }"])
-            .current_dir(&root)
-            .spawn()
-            .unwrap();
-        assert!(wait_until(Duration::from_secs(10), || root
-            .join("d7")
-            .exists()));
-        let (summary, status) = sandbox.gc_json(&[]);
-        writer.kill().unwrap();
-        writer.wait().unwrap();
-        if status == 0 {
-            assert!(!root.exists(), "{summary}");
-            continue;
-        }
-        assert_eq!(status, 1, "{summary}");
-        let trash = format!(".trash-{}", spec.name());
-        let leftover = sandbox.ns.join(&trash);
+    let spec = RootSpec::stale(&sandbox);
+    let trash = format!(".trash-{}", spec.name());
+    let leftover = spec.create_as(&sandbox, &trash);
+    let immutable = ImmutableGuard::set(&sandbox.ns);
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 1, "{summary}");
+    let errs = errors(&summary);
+    assert!(
+        errs.iter()
+            .any(|e| e.contains(&leftover.display().to_string())
+                && e.contains("Operation not permitted")),
+        "{summary}"
+    );
+    let left: Vec<String> = fs::read_dir(&leftover)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, vec![MARKER.to_string()], "the walk empties the tree");
+    let marker: serde_json::Value =
+        serde_json::from_slice(&fs::read(leftover.join(MARKER)).unwrap()).unwrap();
+    assert_eq!(marker["run_id"], spec.run_id.as_str(), "{marker}");
+    // Written back at once, not only when giving up: a gc killed while it waits to retry leaves
+    // the proof too. Its only sleep here is the pause between two attempts.
+    let mut gc = sandbox
+        .command(&["gc"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wchan = format!("/proc/{}/wchan", gc.id());
+    let pausing = wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(&wchan).is_ok_and(|w| w.contains("nanosleep"))
+    });
+    gc.kill().unwrap();
+    gc.wait().unwrap();
+    assert!(pausing, "gc never paused between two attempts");
+    assert!(
+        leftover.join(MARKER).is_file(),
+        "a gc killed between two attempts left the leftover without its marker"
+    );
+    drop(immutable);
+    assert_eq!(sandbox.state_of(&trash).0, "leftover");
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(removed_names(&summary), vec![trash]);
+    assert_eq!(sandbox.names(), Vec::<String>::new());
+}
+
+/// A run whose own removal cannot finish: `cleanroom run --report FILE -- sh -c "PREFIX && …"`
+/// writes `$HOME/pinned`, which the test makes immutable (`chattr +i`) before letting the command
+/// end with `status`. Returns the run's output, its report, its root's path and the guard (drop it
+/// to make the leftover removable).
+fn run_with_a_pinned_file(
+    sandbox: &Sandbox,
+    prefix: &str,
+    status: u8,
+) -> (
+    std::process::Output,
+    serde_json::Value,
+    std::path::PathBuf,
+    ImmutableGuard,
+) {
+    let report = sandbox.outside(&unique("report"));
+    let script = format!(
+        r#"{prefix} && echo x > "$HOME/pinned" && : > "$HOME/ready"
+while [ ! -e "$HOME/go" ]; do sleep 0.05; done; exit {status}"#
+    );
+    let report_arg = report.to_str().unwrap();
+    let child = spawn_run(
+        sandbox,
+        &["--report", report_arg, "--", "sh", "-c", &script],
+    );
+    let mut reaper = Reaper::of(child);
+    let root = wait_for_root(sandbox);
+    let ready = wait_until(Duration::from_secs(10), || root.join("home/ready").exists());
+    assert!(ready, "the run did not start");
+    let immutable = ImmutableGuard::set(&root.join("home/pinned"));
+    fs::write(root.join("home/go"), "").unwrap();
+    let out = reaper.child.take().unwrap().wait_with_output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    (out, report, root, immutable)
+}
+
+#[test]
+fn a_runs_own_removal_retries_a_bounded_number_of_times_and_keeps_the_commands_status() {
+    require_root(
+        "a_runs_own_removal_retries_a_bounded_number_of_times_and_keeps_the_commands_status",
+    );
+    let sandbox = Sandbox::new();
+    let (out, report, root, immutable) = run_with_a_pinned_file(&sandbox, "true", 3);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a failed cleanup changed the status: {stderr}"
+    );
+    assert!(stderr.contains("cleanup incomplete"), "{stderr}");
+    let cleanup = &report["cleanup"];
+    assert_eq!(cleanup["status"], "leftover", "{cleanup}");
+    // One walk and five retries (10, 50, 150, 400, 1000 ms apart): bounded, then it gives up.
+    assert_eq!(cleanup["attempts"], 6, "{cleanup}");
+    let trash = sandbox.ns.join(format!(
+        ".trash-{}",
+        root.file_name().unwrap().to_str().unwrap()
+    ));
+    assert!(
+        trash.join(MARKER).is_file(),
+        "the leftover must keep its marker"
+    );
+    drop(immutable);
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(sandbox.names(), Vec::<String>::new());
+}
+
+#[test]
+fn an_orphan_holding_its_roots_lock_after_the_runner_died_is_killed_and_the_root_reclaimed() {
+    // Issue 10 item 5: the lock was taken for a live owner, and the root kept forever.
+    let script = r#"flock -s "$CLEANROOM_ROOT" sh -c 'sleep 300; :' "$0-flock" &
+echo up > "$HOME/up"
+sleep 300"#;
+    for (sandbox, contain) in rungs() {
+        let left = kill_runner_of(&sandbox, &["--contain", contain], script, 5);
+        let (state, reason) = sandbox.state_of(&left.name);
+        assert_eq!(state, "stale", "{contain}: {reason}");
         assert!(
-            leftover.join(MARKER).is_file(),
-            "the leftover lost its marker: {summary}"
+            reason.contains("its lock is held by processes it left"),
+            "{reason}"
         );
-        assert_eq!(sandbox.state_of(&trash).0, "leftover");
         let (summary, status) = sandbox.gc_json(&[]);
-        assert_eq!(status, 0, "{summary}");
-        assert!(!leftover.exists());
-        return;
+        assert_eq!(status, 0, "{contain}: {summary}");
+        assert_eq!(
+            removed_names(&summary),
+            vec![left.name.clone()],
+            "{summary}"
+        );
+        assert!(!left.root.exists());
+        let survivors: Vec<_> = left.processes.iter().filter(|p| is_alive(**p)).collect();
+        assert!(
+            survivors.is_empty(),
+            "{contain}: survived gc: {survivors:?}"
+        );
+        assert_eq!(sandbox.names(), Vec::<String>::new());
     }
-    panic!("the writer never kept the root from being removed in 10 tries");
+}
+
+#[test]
+fn a_lock_held_by_a_process_outside_a_dead_run_keeps_its_root_and_names_the_holder() {
+    // The lock alone proves liveness: an owner that looks dead while its lock is held by a
+    // process that is not the run's leaves the root alone (reported distinctly).
+    let sandbox = Sandbox::new();
+    let spec = RootSpec::stale(&sandbox);
+    let root = spec.create(&sandbox);
+    let (holder, holder_pid) = hold_lock_outside_the_run(&root);
+    let before = snapshot(&sandbox.ns);
+    let (state, reason) = sandbox.state_of(&spec.name());
+    assert_eq!(state, "locked", "{reason}");
+    assert!(reason.contains(&format!("pid {holder_pid} ")), "{reason}");
+    let listed = &sandbox.list(false)[&spec.name()];
+    assert_eq!(listed["lock_holders"][0]["pid"], holder_pid, "{listed}");
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(summary["removed"], 0, "{summary}");
+    assert_eq!(
+        summary["locked"][0]["name"],
+        spec.name().as_str(),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["locked"][0]["holders"][0]["pid"], holder_pid,
+        "{summary}"
+    );
+    let out = sandbox.output(&["gc"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("left {}", root.display())),
+        "{stdout}"
+    );
+    assert_eq!(before, snapshot(&sandbox.ns), "a locked root was touched");
+    drop(holder);
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(removed_names(&summary), vec![spec.name()]);
+}
+
+#[test]
+fn a_forged_trash_entry_never_kills_the_live_run_it_names() {
+    // Issue 10 item 6: a `.trash-run-<live id>` with a dead owner made gc kill the live run (and,
+    // as root, write `cgroup.kill` of its cgroup). Also from another state directory.
+    let script = r#"echo up > "$HOME/up"; while [ ! -e "$HOME/go" ]; do sleep 0.05; done"#;
+    for (sandbox, contain) in rungs() {
+        let child = spawn_run(&sandbox, &["--contain", contain, "--", "sh", "-c", script]);
+        let mut reaper = Reaper::of(child);
+        let root = wait_for_root(&sandbox);
+        assert!(wait_until(Duration::from_secs(10), || root
+            .join("home/up")
+            .exists()));
+        reaper.processes = descendants(reaper.child.as_ref().unwrap().id() as i32);
+        let live: serde_json::Value =
+            serde_json::from_slice(&fs::read(root.join(MARKER)).unwrap()).unwrap();
+        let forged = RootSpec {
+            run_id: live["run_id"].as_str().unwrap().to_string(),
+            cgroup: live["cgroup"].as_str().map(str::to_string),
+            ..RootSpec::stale(&sandbox)
+        };
+        let trash = format!(".trash-{}", forged.name());
+        let forged_root = forged.create_as(&sandbox, &trash);
+        let elsewhere = if sandbox.user.is_some() {
+            Sandbox::for_nobody()
+        } else {
+            Sandbox::new()
+        };
+        forged.create(&elsewhere);
+        for ns in [&sandbox, &elsewhere] {
+            let (summary, status) = ns.gc_json(&[]);
+            assert_eq!(status, 0, "{contain}: {summary}");
+            assert_eq!(summary["removed"], 0, "{contain}: {summary}");
+            assert_eq!(
+                summary["killed"],
+                serde_json::json!([]),
+                "{contain}: {summary}"
+            );
+        }
+        let (state, reason) = sandbox.state_of(&trash);
+        assert_eq!(state, "live", "{reason}");
+        assert!(reason.contains("not provably dead"), "{reason}");
+        let (state, reason) = elsewhere.state_of(&forged.name());
+        assert_eq!(state, "live", "{reason}");
+        assert!(reason.contains("outside this state directory"), "{reason}");
+        fs::write(root.join("home/go"), "").unwrap();
+        let out = reaper.child.take().unwrap().wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{contain}: the live run was killed: {out:?}"
+        );
+        fs::remove_dir_all(&forged_root).unwrap();
+        assert_eq!(sandbox.names(), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn a_trash_entry_whose_marker_names_another_run_is_foreign_and_kills_nothing() {
+    let sandbox = Sandbox::new();
+    let victim = RootSpec::stale(&sandbox);
+    let tagged = std::process::Command::new("sleep")
+        .arg("60")
+        .env("CLEANROOM_RUN_ID", &victim.run_id)
+        .spawn()
+        .unwrap();
+    let tagged_id = Owner {
+        pid: tagged.id() as i32,
+        start_time: start_time(tagged.id() as i32).unwrap(),
+    };
+    let _reaper = Reaper::of(tagged);
+    let name = format!(".trash-{}", root_name(&new_run_id()));
+    victim.create_as(&sandbox, &name);
+    let (state, reason) = sandbox.state_of(&name);
+    assert_eq!(state, "foreign", "{reason}");
+    assert!(reason.contains("marker names another run"), "{reason}");
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(summary["killed"], serde_json::json!([]), "{summary}");
+    assert!(is_alive(tagged_id));
+}
+
+#[test]
+fn every_run_start_reclaims_stale_roots_when_a_pass_is_due() {
+    let sandbox = Sandbox::new();
+    let mut stale: Vec<String> = (0..3)
+        .map(|_| {
+            let spec = RootSpec::stale(&sandbox);
+            spec.create(&sandbox);
+            spec.name()
+        })
+        .collect();
+    stale.sort();
+    // Each start of a run makes progress within its time budget (on a loaded machine a pass may
+    // be cut short; the next run continues it).
+    let mut removed = Vec::new();
+    while removed.len() < stale.len() {
+        let (out, report) = run_with_report(&sandbox, &["--", "true"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let now = removed_names(&report["gc"]);
+        assert!(
+            !now.is_empty(),
+            "a due pass removed nothing: {}",
+            report["gc"]
+        );
+        removed.extend(now);
+    }
+    removed.sort();
+    assert_eq!(removed, stale);
+    assert_eq!(sandbox.names(), Vec::<String>::new());
+    // The pass is made at most once a minute, so a short command does not pay for the
+    // namespace; until then, what other runs leave waits.
+    let later = RootSpec::stale(&sandbox);
+    later.create(&sandbox);
+    let (_, report) = run_with_report(&sandbox, &["--", "true"]);
+    let not_run = report["gc"]["not_run"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(not_run.contains("less than a minute"), "{}", report["gc"]);
+    assert_eq!(sandbox.names(), vec![later.name()]);
+    make_pass_due(&sandbox);
+    let (_, report) = run_with_report(&sandbox, &["--", "true"]);
+    assert_eq!(
+        removed_names(&report["gc"]),
+        vec![later.name()],
+        "{}",
+        report["gc"]
+    );
+}
+
+#[test]
+fn a_pass_cut_short_by_its_budget_continues_at_the_next_run() {
+    let sandbox = Sandbox::new();
+    let n = 40; // more than the 32 removals one run start may make
+    let template = RootSpec {
+        files: 0,
+        ..RootSpec::stale(&sandbox)
+    };
+    for _ in 0..n {
+        RootSpec {
+            run_id: new_run_id(),
+            ..template.clone()
+        }
+        .create(&sandbox);
+    }
+    let (_, first) = run_with_report(&sandbox, &["--", "true"]);
+    assert_eq!(first["gc"]["truncated"], true, "{}", first["gc"]);
+    assert!(
+        gc_state(&sandbox)["cursor"].is_string(),
+        "{}",
+        gc_state(&sandbox)
+    );
+    let mut removed = removed_names(&first["gc"]).len();
+    for _ in 0..n {
+        if removed == n {
+            break;
+        }
+        let (_, next) = run_with_report(&sandbox, &["--", "true"]);
+        let now = removed_names(&next["gc"]).len();
+        assert!(
+            now > 0,
+            "a run due to continue made no progress: {}",
+            next["gc"]
+        );
+        removed += now;
+    }
+    assert_eq!(removed, n);
+    assert_eq!(sandbox.names(), Vec::<String>::new());
+    assert!(
+        gc_state(&sandbox)["cursor"].is_null(),
+        "{}",
+        gc_state(&sandbox)
+    );
+}
+
+#[test]
+fn a_stuck_leftover_costs_one_attempt_then_runs_skip_it_until_gc() {
+    require_root("a_stuck_leftover_costs_one_attempt_then_runs_skip_it_until_gc");
+    let sandbox = Sandbox::new();
+    let spec = RootSpec::stale(&sandbox);
+    let root = spec.create(&sandbox);
+    fs::write(root.join("home/pinned"), "immutable\n").unwrap();
+    let immutable = ImmutableGuard::set(&root.join("home/pinned"));
+    let trash = format!(".trash-{}", spec.name());
+
+    let (out, first) = run_with_report(&sandbox, &["--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let errs = errors(&first["gc"]);
+    assert!(
+        errs.len() == 1 && errs[0].contains(&trash),
+        "{}",
+        first["gc"]
+    );
+    assert_eq!(gc_state(&sandbox)["stuck"], serde_json::json!([trash]));
+
+    // A minute later, the next pass skips it rather than paying for it again.
+    make_pass_due(&sandbox);
+    let (out, second) = run_with_report(&sandbox, &["--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(second["gc"]["not_run"].is_null(), "{}", second["gc"]);
+    assert_eq!(second["gc"]["stuck_skipped"], serde_json::json!([trash]));
+    assert_eq!(errors(&second["gc"]), Vec::<String>::new());
+
+    // `cleanroom gc` is asked explicitly: it tries again.
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 1, "{summary}");
+    drop(immutable);
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(removed_names(&summary), vec![trash]);
+    assert_eq!(gc_state(&sandbox)["stuck"], serde_json::json!([]));
+    assert_eq!(sandbox.names(), Vec::<String>::new());
+}
+
+#[test]
+fn a_full_disk_while_writing_the_marker_leaves_nothing_behind() {
+    require_root("a_full_disk_while_writing_the_marker_leaves_nothing_behind");
+    let sandbox = Sandbox::new();
+    let full = sandbox.outside("full");
+    fs::create_dir(&full).unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&full)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mount -t tmpfs failed");
+    let _mount = MountGuard::below(sandbox.dir.path());
+    let ns = full.join("ns");
+    fs::create_dir(&ns).unwrap();
+    fs::set_permissions(&ns, fs::Permissions::from_mode(0o700)).unwrap();
+    // Fill the filesystem: directories still fit, the marker's data does not.
+    let _ = fs::write(full.join("filler"), vec![0u8; 128 * 1024]);
+    let out = std::process::Command::new(bin())
+        .arg("--state-dir")
+        .arg(&ns)
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("cannot write marker"), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    let left: Vec<_> = fs::read_dir(&ns).unwrap().collect();
+    assert!(left.is_empty(), "a failed creation left {left:?}");
+}
+
+#[test]
+fn what_a_failed_creation_leaves_is_reclaimed_once_a_minute_old() {
+    // A creator that died (or failed) while making its root leaves a pending directory with a
+    // damaged marker and empty layout directories: nothing in it can be lost, so gc removes it
+    // (by rmdir and unlink, never recursively) once it is older than a minute. An empty pending
+    // directory goes the same way; a younger one is its creator's; one with anything a run
+    // could have made is never touched.
+    let sandbox = Sandbox::new();
+    let pending = |id: &str| format!(".pending-{}", root_name(id));
+    let skeleton = |name: &str, marker: &[u8]| {
+        let dir = sandbox.ns.join(name);
+        fs::create_dir(&dir).unwrap();
+        write_private(&dir.join(MARKER), std::str::from_utf8(marker).unwrap());
+        for sub in LAYOUT {
+            fs::create_dir(dir.join(sub)).unwrap();
+        }
+        fs::create_dir(dir.join("homes/CARGO_HOME")).unwrap();
+        dir
+    };
+    let empty_marker = pending(&new_run_id());
+    skeleton(&empty_marker, b"");
+    let cut_marker = pending(&new_run_id());
+    skeleton(&cut_marker, b"{\"format\":\"cleanroom-root-marker\",\"vers");
+    let empty_dir = pending(&new_run_id());
+    fs::create_dir(sandbox.ns.join(&empty_dir)).unwrap();
+    let young = pending(&current_run_id());
+    skeleton(&young, b"");
+    let with_data = pending(&new_run_id());
+    let dir = skeleton(&with_data, b"");
+    fs::write(dir.join("home/notes.txt"), "a file no creation makes\n").unwrap();
+    let marker_dir = pending(&new_run_id());
+    let dir = skeleton(&marker_dir, b"");
+    fs::remove_file(dir.join(MARKER)).unwrap();
+    fs::create_dir(dir.join(MARKER)).unwrap();
+    fs::write(dir.join(MARKER).join("inside"), "x").unwrap();
+
+    let listed = sandbox.list(false);
+    for name in [&empty_marker, &cut_marker, &empty_dir] {
+        assert_eq!(
+            listed[name]["state"], "leftover",
+            "{name}: {}",
+            listed[name]
+        );
+    }
+    assert_eq!(listed[&young]["state"], "live", "{}", listed[&young]);
+    for name in [&with_data, &marker_dir] {
+        assert_eq!(
+            listed[name]["state"], "unproven",
+            "{name}: {}",
+            listed[name]
+        );
+    }
+    let kept_before = (
+        snapshot(&sandbox.ns.join(&with_data)),
+        snapshot(&sandbox.ns.join(&marker_dir)),
+        snapshot(&sandbox.ns.join(&young)),
+    );
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    let mut want = vec![empty_marker, cut_marker, empty_dir];
+    want.sort();
+    assert_eq!(removed_names(&summary), want, "{summary}");
+    let mut left = vec![with_data.clone(), marker_dir.clone(), young.clone()];
+    left.sort();
+    assert_eq!(sandbox.names(), left);
+    let kept_after = (
+        snapshot(&sandbox.ns.join(&with_data)),
+        snapshot(&sandbox.ns.join(&marker_dir)),
+        snapshot(&sandbox.ns.join(&young)),
+    );
+    assert_eq!(kept_before, kept_after);
+}
+
+#[test]
+fn a_run_that_deletes_or_replaces_its_marker_is_still_cleaned_up() {
+    require_root("a_run_that_deletes_or_replaces_its_marker_is_still_cleaned_up");
+    let sandbox = Sandbox::new();
+    let m = "\"$CLEANROOM_ROOT/cleanroom-root.json\"";
+    for script in [
+        format!("rm {m} && mkdir {m} && echo x > {m}/inside"),
+        format!("rm {m}"),
+        format!("echo '{{}}' > {m}.new && mv {m}.new {m}"),
+        format!("ln {m} \"$HOME/second-link\""),
+    ] {
+        let out = sandbox.output(&["run", "--", "sh", "-c", &script]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{script}: {stderr}");
+        assert!(!stderr.contains("cleanup incomplete"), "{script}: {stderr}");
+        assert_eq!(sandbox.names(), Vec::<String>::new(), "{script}");
+    }
+    // When the removal cannot finish, the leftover gets its true marker back, so gc can prove it
+    // is ours and finish it later.
+    let (out, _, root, immutable) =
+        run_with_a_pinned_file(&sandbox, &format!("rm {m} && mkdir {m}"), 0);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let name = root.file_name().unwrap().to_str().unwrap().to_string();
+    let trash = format!(".trash-{name}");
+    assert_eq!(
+        sandbox.state_of(&trash).0,
+        "leftover",
+        "{:?}",
+        sandbox.list(false)
+    );
+    drop(immutable);
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(sandbox.names(), Vec::<String>::new());
+}
+
+#[test]
+fn a_dead_runs_root_without_its_marker_is_reported_with_the_command_that_removes_it() {
+    let sandbox = Sandbox::new();
+    let script = r#"rm "$CLEANROOM_ROOT/cleanroom-root.json"; mkdir "$CLEANROOM_ROOT/cleanroom-root.json"
+echo up > "$HOME/up"; sleep 300"#;
+    let left = kill_runner_of(&sandbox, &["--contain", "session"], script, 2);
+    let (state, reason) = sandbox.state_of(&left.name);
+    assert_eq!(state, "unproven", "{reason}");
+    let remove = format!("rm -rf --one-file-system -- {}", left.root.display());
+    assert!(reason.contains(&remove), "{reason}");
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(
+        summary["unproven"],
+        serde_json::json!([left.name]),
+        "{summary}"
+    );
+    assert!(
+        left.root.join("home/up").exists(),
+        "an unproven root was touched"
+    );
+    signal_all(&left.processes, rustix::process::Signal::KILL);
+    fs::remove_dir_all(&left.root).unwrap();
+}
+
+#[test]
+fn list_has_a_header_and_escapes_names_commands_and_reasons() {
+    let sandbox = Sandbox::new();
+    let evil = [
+        "evil\nrun-forged line",
+        "\u{1b}[2Jclear",
+        "tab\there",
+        "quote's",
+    ];
+    for name in evil {
+        fs::create_dir(sandbox.ns.join(name)).unwrap();
+    }
+    let bad_bytes = std::ffi::OsStr::from_bytes(b"bytes-\xff\xfe");
+    fs::create_dir(sandbox.ns.join(bad_bytes)).unwrap();
+    let spec = RootSpec::stale(&sandbox);
+    let root = spec.create(&sandbox);
+    let marker = fs::read_to_string(root.join(MARKER)).unwrap();
+    let marker = marker.replace("test-made root", "line one\\nline two\\u001b[31m");
+    fs::remove_file(root.join(MARKER)).unwrap();
+    write_private(&root.join(MARKER), &marker);
+    let out = sandbox.output(&["list"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1 + evil.len() + 2, "{text}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        &header[..5],
+        ["STATE", "PID", "AGE", "SIZE", "NAME"],
+        "{text}"
+    );
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    for shown in [
+        "$'evil\\nrun-forged line'",
+        "$'\\x1b[2Jclear'",
+        "$'tab\\there'",
+        "$'quote\\'s'",
+        "$'bytes-\\xff\\xfe'",
+        "line one\\nline two\\u{1b}[31m",
+    ] {
+        assert!(text.contains(shown), "{shown} not in {text}");
+    }
+}
+
+#[test]
+fn gc_prints_a_summary_and_each_removed_root_only_with_verbose() {
+    let sandbox = Sandbox::new();
+    let make = || {
+        let specs: Vec<RootSpec> = (0..3).map(|_| RootSpec::stale(&sandbox)).collect();
+        for spec in &specs {
+            spec.create(&sandbox);
+        }
+        specs
+    };
+    make();
+    let out = sandbox.output(&["gc"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.starts_with("scanned 3: removed 3,"), "{stdout}");
+    let specs = make();
+    let out = sandbox.output(&["gc", "-v"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for spec in &specs {
+        let line = format!("removed {}", sandbox.ns.join(spec.name()).display());
+        assert!(stdout.lines().any(|l| l == line), "{stdout}");
+    }
 }

@@ -23,7 +23,7 @@ fn main() {
         eprintln!("remove_tree: {}: {e}", path.display());
         std::process::exit(1);
     });
-    let stats = cleanroom::remove::remove_contents(&dir, path);
+    let stats = cleanroom::remove::remove_contents(&dir, path, None);
     drop(dir);
     if !stats.errors.is_empty() || !stats.mounts.is_empty() {
         eprintln!("remove_tree: {:?} {:?}", stats.errors, stats.mounts);

@@ -323,7 +323,7 @@ pub struct OwnerRecord {
 }
 
 /// One owner record found by [`list`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct LockInfo {
     /// What the record says.
     pub record: OwnerRecord,

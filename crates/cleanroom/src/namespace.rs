@@ -73,6 +73,31 @@ pub fn is_valid_run_id(id: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
 }
 
+/// The creation time a run id carries (`YYYYmmddTHHMMSSZ`), in seconds since the Unix epoch.
+///
+/// The time comes from the id's creator and is used only to leave young entries to it: never as
+/// proof of anything.
+pub fn run_id_unix_secs(id: &str) -> Option<u64> {
+    if !is_valid_run_id(id) {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| id[range].parse::<i64>().ok();
+    let (year, month, day) = (num(0..4)?, num(4..6)?, num(6..8)?);
+    let (hour, minute, second) = (num(9..11)?, num(11..13)?, num(13..15)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    // Days-from-civil (Howard Hinnant's algorithm), the inverse of the root's stamp.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hour * 3600 + minute * 60 + second).ok()
+}
+
 /// An opened, verified namespace directory.
 #[derive(Debug)]
 pub struct Namespace {
@@ -146,6 +171,18 @@ impl Namespace {
         self.euid
     }
 
+    /// Another handle on the same verified directory (the descriptor is duplicated, so the
+    /// handle keeps denoting the directory that was checked, wherever its path leads later).
+    pub fn try_clone(&self) -> Result<Namespace> {
+        let dir = rustix::io::fcntl_dupfd_cloexec(&self.dir, 0)
+            .at("duplicate the descriptor of", &self.path)?;
+        Ok(Namespace {
+            path: self.path.clone(),
+            dir,
+            euid: self.euid,
+        })
+    }
+
     /// Opens (creating when needed) a private subdirectory, verified like the namespace itself.
     pub fn private_subdir(&self, name: &str) -> Result<Namespace> {
         let path = self.path.join(name);
@@ -184,6 +221,20 @@ pub(crate) fn check_private_dir(stat: &rustix::fs::Stat, euid: u32) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_ids_carry_their_creation_time() {
+        assert_eq!(
+            run_id_unix_secs("20261129T093000Z-0123456789abcdef"),
+            Some(1_795_944_600)
+        );
+        assert_eq!(
+            run_id_unix_secs("19700101T000000Z-0123456789abcdef"),
+            Some(0)
+        );
+        assert_eq!(run_id_unix_secs("20261329T093000Z-0123456789abcdef"), None);
+        assert_eq!(run_id_unix_secs("not an id"), None);
+    }
 
     #[test]
     fn names_are_classified_strictly() {

@@ -28,13 +28,13 @@ pub fn bin() -> &'static str {
     crate::common::BIN
 }
 
-/// Prints why a test is skipped and returns true when it must be.
-pub fn skip_unless_root(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    eprintln!("skipping {test}: needs root (CI runs as root)");
-    true
+/// Fails the test unless it runs as root: it needs what only root can do here (chattr, mounts,
+/// other uids, cgroups). CI runs as root; a test that cannot run must not pass silently.
+pub fn require_root(test: &str) {
+    assert!(
+        is_root(),
+        "{test} needs root (chattr, mounts, other uids, cgroups); CI runs the suite as root"
+    );
 }
 
 /// A string no other test or process uses.
@@ -163,7 +163,10 @@ impl Sandbox {
         }
         let out = self.output(&args);
         assert!(out.status.success(), "list failed: {out:?}");
-        let entries: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let listing: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(listing["format"], "cleanroom-list", "{listing}");
+        assert_eq!(listing["version"], 1, "{listing}");
+        let entries = listing["entries"].as_array().unwrap().clone();
         entries
             .into_iter()
             .map(|e| (e["name"].as_str().unwrap().to_string(), e))
@@ -594,11 +597,16 @@ pub struct MountGuard {
 }
 
 impl MountGuard {
+    /// Unmounts, on drop, whatever a test mounted below `prefix` (the sandbox directory).
+    pub fn below(prefix: &Path) -> MountGuard {
+        MountGuard {
+            prefix: prefix.to_path_buf(),
+        }
+    }
+
     /// `mount --bind source target`; `prefix` is the sandbox directory.
     pub fn bind(source: &Path, target: &Path, prefix: &Path) -> MountGuard {
-        let guard = MountGuard {
-            prefix: prefix.to_path_buf(),
-        };
+        let guard = MountGuard::below(prefix);
         let status = Command::new("mount")
             .arg("--bind")
             .arg(source)
@@ -694,4 +702,123 @@ pub fn wait_for_root(sandbox: &Sandbox) -> PathBuf {
     });
     assert!(appeared, "no root appeared in {}", sandbox.ns.display());
     sandbox.ns.join(found.unwrap())
+}
+
+/// `cleanroom run --report FILE ARGS...` to completion: its output and the parsed report.
+pub fn run_with_report(sandbox: &Sandbox, args: &[&str]) -> (Output, Value) {
+    let report = sandbox.outside(&unique("report"));
+    let mut full = vec!["run", "--report", report.to_str().unwrap()];
+    full.extend_from_slice(args);
+    let out = sandbox.output(&full);
+    let text = fs::read(&report).unwrap_or_else(|e| panic!("no report ({e}): {out:?}"));
+    fs::remove_file(&report).unwrap();
+    (out, serde_json::from_slice(&text).unwrap())
+}
+
+/// The extended attribute of the namespace directory where the start of runs keeps its state.
+pub const GC_STATE_XATTR: &str = "user.cleanroom.gc-state";
+
+/// The state the start of runs remembers (`Value::Null` when none was written yet).
+pub fn gc_state(sandbox: &Sandbox) -> Value {
+    let mut buf = vec![0u8; 64 * 1024];
+    match rustix::fs::getxattr(&sandbox.ns, GC_STATE_XATTR, &mut buf[..]) {
+        Ok(n) => serde_json::from_slice(&buf[..n]).unwrap(),
+        Err(rustix::io::Errno::NODATA) => Value::Null,
+        Err(e) => panic!("cannot read {GC_STATE_XATTR}: {e}"),
+    }
+}
+
+/// Makes the next run's pass due, as a minute going by would, keeping the rest of the state.
+pub fn make_pass_due(sandbox: &Sandbox) {
+    let mut state = gc_state(sandbox);
+    assert!(state.is_object(), "no state to age: {state}");
+    state["last_full_pass_unix_ms"] = json!(0);
+    let bytes = serde_json::to_vec(&state).unwrap();
+    rustix::fs::setxattr(
+        &sandbox.ns,
+        GC_STATE_XATTR,
+        &bytes,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+}
+
+/// A run id carrying the current time (an entry named with it is younger than a minute).
+pub fn current_run_id() -> String {
+    let out = Command::new("date")
+        .args(["-u", "+%Y%m%dT%H%M%SZ"])
+        .output()
+        .unwrap();
+    let stamp = String::from_utf8(out.stdout).unwrap();
+    let old = new_run_id();
+    format!("{}{}", stamp.trim(), &old[16..])
+}
+
+/// One process outside any run (no `CLEANROOM_RUN_ID`) holding a shared `flock` on `path`, as
+/// long as the returned reaper lives; returns once `/proc/locks` shows the lock.
+pub fn hold_lock_outside_the_run(path: &Path) -> (Reaper, i32) {
+    let child = Command::new("python3")
+        .args([
+            "-c",
+            "import fcntl, os, sys, time\n\
+             fd = os.open(sys.argv[1], os.O_RDONLY)\n\
+             fcntl.flock(fd, fcntl.LOCK_SH)\n\
+             time.sleep(300)",
+        ])
+        .arg(path)
+        .env_remove("CLEANROOM_RUN_ID")
+        .env_remove("CLEANROOM_ROOT")
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let reaper = Reaper::of(child);
+    let ino = fs::metadata(path).unwrap().ino();
+    let held = wait_until(Duration::from_secs(10), || {
+        fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains(&format!(" {pid} ")) && l.contains(&format!(":{ino} ")))
+    });
+    assert!(held, "the holder never took its lock on {}", path.display());
+    (reaper, pid)
+}
+
+/// Processes outside `pid`'s tree running its very command line (forks of it that did not
+/// exec, such as a watchdog), started after it.
+pub fn twins_of(pid: i32) -> Vec<Owner> {
+    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        return Vec::new();
+    };
+    let since = start_time(pid).unwrap_or_default();
+    let tree: Vec<i32> = descendants(pid).iter().map(|p| p.pid).collect();
+    let mut twins = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Some(other) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if other == pid || tree.contains(&other) {
+            continue;
+        }
+        let same = fs::read(format!("/proc/{other}/cmdline")).is_ok_and(|c| c == cmdline);
+        match start_time(other) {
+            Some(start_time) if same && start_time >= since => twins.push(Owner {
+                pid: other,
+                start_time,
+            }),
+            _ => {}
+        }
+    }
+    twins
+}
+
+/// Sends `signal` to each of `processes` still alive (checked by start time just before).
+pub fn signal_all(processes: &[Owner], signal: rustix::process::Signal) {
+    for p in processes {
+        if start_time(p.pid) == Some(p.start_time) {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(p.pid).unwrap(),
+                signal,
+            );
+        }
+    }
 }

@@ -308,6 +308,20 @@ fn read_control(dir: &OwnedFd, name: &str) -> Option<String> {
     Some(text)
 }
 
+/// The processes in a dead run's recorded cgroup, without touching it (`gc --dry-run`); see
+/// [`open_recorded_cgroup`] for what is accepted.
+pub fn recorded_cgroup_members(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
+    let Some((_, dir)) = open_recorded_cgroup(path, run_id) else {
+        return Vec::new();
+    };
+    read_control(&dir, "cgroup.procs")
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .filter_map(process::info)
+        .collect()
+}
+
 /// Kills everything in a dead run's recorded cgroup and removes it; see
 /// [`open_recorded_cgroup`] for what is accepted. Returns the processes that were in it.
 pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {

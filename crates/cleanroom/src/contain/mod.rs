@@ -33,8 +33,8 @@ use crate::Result;
 
 pub(crate) use os::unescape_mountinfo;
 pub use os::{
-    cgroup2_mount, cgroup_root, kill_cgroup_path, reap_orphans, reset_signals_on_exec,
-    set_subreaper,
+    cgroup2_mount, cgroup_root, kill_cgroup_path, reap_orphans, recorded_cgroup_members,
+    reset_signals_on_exec, set_subreaper,
 };
 
 /// What the caller asks for.

@@ -4,14 +4,17 @@
 //! 1. identity: the entry under its name must be the very directory the caller holds open (and
 //!    holds the liveness lock on): same device and inode, checked with `fstatat(NOFOLLOW)`;
 //! 2. quarantine: rename it to `.trash-run-<id>` in the same namespace without replacing anything,
-//!    and check the identity again under the new name; if anything changed, stop and preserve;
+//!    and check the identity again under the new name; if anything changed, stop and preserve
+//!    (when that name is taken by something else, the tree is removed under its own name);
 //! 3. walk: remove the contents through directory descriptors (`openat`/`unlinkat`, `O_NOFOLLOW`),
 //!    never following a symlink, never entering another mount (device or mount id differs: left in
 //!    place and reported), making read-only directories writable as it goes, holding a bounded
 //!    number of descriptors so trees deeper than PATH_MAX are fine;
 //! 4. the marker goes last, so a partial removal still carries its proof of ownership and the next
-//!    gc can finish it;
-//! 5. bounded retries with time-based backoff; then give up visibly (the leftover path and why).
+//!    gc can finish it; a removal that gives up (or whose final `rmdir` fails) writes the marker
+//!    it was given back if the run deleted or replaced it, so every leftover keeps its proof;
+//! 5. bounded retries with time-based backoff (or none, and a deadline, for the bounded
+//!    reclamation at the start of a run); then give up visibly (the leftover path and why).
 
 #[cfg(unix)]
 #[path = "unix.rs"]
@@ -23,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::marker::Marker;
 use crate::namespace::{Namespace, PENDING_PREFIX, TRASH_PREFIX};
 
 pub use os::remove_contents;
@@ -47,6 +51,25 @@ pub struct WalkStats {
     pub mounts: Vec<PathBuf>,
     /// Entries that could not be removed, with the reason.
     pub errors: Vec<String>,
+    /// Whether the walk stopped at its deadline before it was done.
+    pub interrupted: bool,
+}
+
+/// How hard one removal tries before it gives up.
+#[derive(Clone, Copy, Debug)]
+pub struct Persistence {
+    /// Retry a failed walk after each pause of the backoff schedule (10 ms … 1 s).
+    pub retries: bool,
+    /// Stop at this instant, between two entries; the tree stays quarantined, marker and all.
+    pub deadline: Option<Instant>,
+}
+
+impl Persistence {
+    /// Every retry, no deadline: a run's own root, `cleanroom gc`.
+    pub const FULL: Persistence = Persistence {
+        retries: true,
+        deadline: None,
+    };
 }
 
 /// How a removal ended.
@@ -93,8 +116,15 @@ pub fn trash_name(name: &str) -> String {
     format!("{TRASH_PREFIX}{base}")
 }
 
-/// Removes the namespace entry `name`, which the caller holds open as `held` (and has locked).
-pub fn remove_entry(ns: &Namespace, name: &str, held: &OwnedFd) -> Removal {
+/// Removes the namespace entry `name`, which the caller holds open as `held` (and has locked),
+/// and whose ownership `marker` proves (the caller wrote it, or read and validated it).
+pub fn remove_entry(
+    ns: &Namespace,
+    name: &str,
+    held: &OwnedFd,
+    marker: &Marker,
+    how: Persistence,
+) -> Removal {
     let started = Instant::now();
     let mut removal = Removal {
         path: ns.path().join(name),
@@ -104,18 +134,21 @@ pub fn remove_entry(ns: &Namespace, name: &str, held: &OwnedFd) -> Removal {
         elapsed_ms: 0,
     };
     let trash = trash_name(name);
-    if let Err(reason) = os::quarantine(ns, name, &trash, held) {
-        removal.status = RemovalStatus::Refused(reason);
-        removal.elapsed_ms = started.elapsed().as_millis() as u64;
-        return removal;
-    }
-    removal.path = ns.path().join(&trash);
+    let trash = match os::quarantine(ns, name, &trash, held) {
+        Ok(now) => now,
+        Err(reason) => {
+            removal.status = RemovalStatus::Refused(reason);
+            removal.elapsed_ms = started.elapsed().as_millis() as u64;
+            return removal;
+        }
+    };
+    removal.path = ns.path().join(trash);
     let mut backoff = BACKOFF.iter();
     loop {
         removal.attempts += 1;
-        let mut stats = os::remove_contents(held, &removal.path);
-        if stats.errors.is_empty() && stats.mounts.is_empty() {
-            match os::finish(ns, &trash, held) {
+        let mut stats = os::remove_contents(held, &removal.path, how.deadline);
+        if stats.errors.is_empty() && stats.mounts.is_empty() && !stats.interrupted {
+            match os::finish(ns, trash, held, marker) {
                 Ok(()) => {
                     accumulate(&mut removal.stats, stats);
                     break;
@@ -123,30 +156,15 @@ pub fn remove_entry(ns: &Namespace, name: &str, held: &OwnedFd) -> Removal {
                 Err(e) => stats.errors.push(e),
             }
         }
-        let failed = stats.errors.clone();
-        let mounts = stats.mounts.clone();
         accumulate(&mut removal.stats, stats);
-        // A mount point will not go away by waiting: give up at once and say so.
-        let pause = if mounts.is_empty() {
-            backoff.next()
-        } else {
-            None
-        };
-        match pause {
-            Some(pause) => std::thread::sleep(*pause),
+        match next_pause(&mut backoff, &removal.stats, how) {
+            Some(pause) => std::thread::sleep(pause),
             None => {
-                let mut reasons: Vec<String> = mounts
-                    .iter()
-                    .map(|m| format!("{}: a mount point, left in place", m.display()))
-                    .collect();
-                reasons.extend(failed);
-                removal.stats.errors = reasons.clone();
-                let more = reasons.len().saturating_sub(3);
-                let mut reason = reasons.into_iter().take(3).collect::<Vec<_>>().join("; ");
-                if more > 0 {
-                    reason.push_str(&format!(" (and {more} more)"));
+                // Whatever the run did to its marker, the leftover keeps the proof.
+                if let Err(e) = os::restore_marker(held, marker) {
+                    removal.stats.errors.push(e);
                 }
-                removal.status = RemovalStatus::Leftover(reason);
+                removal.status = RemovalStatus::Leftover(give_up_reason(&mut removal.stats));
                 break;
             }
         }
@@ -155,9 +173,48 @@ pub fn remove_entry(ns: &Namespace, name: &str, held: &OwnedFd) -> Removal {
     removal
 }
 
+/// The pause before the next walk, or `None` to give up: a mount point will not go away by
+/// waiting, an interrupted walk has no time left, and a pause must end before the deadline.
+fn next_pause(
+    backoff: &mut std::slice::Iter<'_, Duration>,
+    stats: &WalkStats,
+    how: Persistence,
+) -> Option<Duration> {
+    if !how.retries || stats.interrupted || !stats.mounts.is_empty() {
+        return None;
+    }
+    let pause = *backoff.next()?;
+    match how.deadline {
+        Some(deadline) if Instant::now() + pause >= deadline => None,
+        _ => Some(pause),
+    }
+}
+
+/// One line saying why a removal gave up (at most three reasons), with the full list kept in
+/// `stats.errors`.
+fn give_up_reason(stats: &mut WalkStats) -> String {
+    let mut reasons: Vec<String> = stats
+        .mounts
+        .iter()
+        .map(|m| format!("{}: a mount point, left in place", m.display()))
+        .collect();
+    reasons.append(&mut stats.errors);
+    if stats.interrupted {
+        reasons.push("stopped at the time budget".into());
+    }
+    stats.errors = reasons.clone();
+    let more = reasons.len().saturating_sub(3);
+    let mut reason = reasons.into_iter().take(3).collect::<Vec<_>>().join("; ");
+    if more > 0 {
+        reason.push_str(&format!(" (and {more} more)"));
+    }
+    reason
+}
+
 fn accumulate(total: &mut WalkStats, walk: WalkStats) {
     total.files += walk.files;
     total.dirs += walk.dirs;
     total.mounts = walk.mounts;
     total.errors = walk.errors;
+    total.interrupted = walk.interrupted;
 }

@@ -10,12 +10,13 @@ use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, StatxFlags};
 use rustix::io::Errno;
 
 use super::WalkStats;
-use crate::marker::MARKER_FILE;
+use crate::marker::{Marker, MARKER_FILE};
 use crate::namespace::Namespace;
 
 /// Directory descriptors the walk may hold open at once.
@@ -66,13 +67,15 @@ fn same_mount(a: Option<u64>, b: Option<u64>) -> bool {
     matches!((a, b), (Some(x), Some(y)) if x == y)
 }
 
-/// Renames `name` to `trash` inside the namespace, checking that both names denote `held`.
-pub(super) fn quarantine(
+/// Renames `name` to `trash` inside the namespace, checking that both names denote `held`, and
+/// returns the name the tree now has. When `trash` is taken by something else (nothing is ever
+/// replaced), the tree is removed under its own name instead.
+pub(super) fn quarantine<'n>(
     ns: &Namespace,
-    name: &str,
-    trash: &str,
+    name: &'n str,
+    trash: &'n str,
     held: &OwnedFd,
-) -> Result<(), String> {
+) -> Result<&'n str, String> {
     let (want, _, _) =
         identity_of_fd(held.as_fd()).map_err(|e| format!("cannot inspect the open root: {e}"))?;
     let same = |entry: &str| -> Result<bool, String> {
@@ -89,65 +92,62 @@ pub(super) fn quarantine(
             "{name} is no longer the directory this process owns; preserved"
         ));
     }
-    if name != trash {
-        rustix::fs::renameat_with(ns.dir(), name, ns.dir(), trash, RenameFlags::NOREPLACE)
-            .map_err(|e| format!("cannot quarantine {name} as {trash}: {e}"))?;
-        if !same(trash)? {
-            return Err(format!(
-                "{trash} changed during quarantine; preserved for inspection"
-            ));
-        }
+    if name == trash {
+        return Ok(name);
     }
-    Ok(())
+    match rustix::fs::renameat_with(ns.dir(), name, ns.dir(), trash, RenameFlags::NOREPLACE) {
+        Ok(()) => {}
+        Err(Errno::EXIST) => return Ok(name),
+        Err(e) => return Err(format!("cannot quarantine {name} as {trash}: {e}")),
+    }
+    if !same(trash)? {
+        return Err(format!(
+            "{trash} changed during quarantine; preserved for inspection"
+        ));
+    }
+    Ok(trash)
 }
 
 /// Removes the marker and then the (now empty) quarantined root itself.
 ///
 /// If the directory cannot be removed after all (something still writes into it), the marker is
 /// put back, so the leftover keeps its proof of ownership and the next gc can finish it.
-pub(super) fn finish(ns: &Namespace, trash: &str, held: &OwnedFd) -> Result<(), String> {
-    let marker = read_marker_bytes(held);
+pub(super) fn finish(
+    ns: &Namespace,
+    trash: &str,
+    held: &OwnedFd,
+    marker: &Marker,
+) -> Result<(), String> {
     match rustix::fs::unlinkat(held, MARKER_FILE, AtFlags::empty()) {
         Ok(()) | Err(Errno::NOENT) => {}
         Err(e) => return Err(format!("{MARKER_FILE}: {e}")),
     }
-    let removed = rustix::fs::unlinkat(ns.dir(), trash, AtFlags::REMOVEDIR);
-    if let (Err(_), Some(bytes)) = (&removed, &marker) {
-        restore_marker(held, bytes);
+    rustix::fs::unlinkat(ns.dir(), trash, AtFlags::REMOVEDIR).map_err(|e| {
+        let mut error = format!("{}: {e}", ns.path().join(trash).display());
+        if let Err(lost) = restore_marker(held, marker) {
+            error.push_str(&format!("; {lost}"));
+        }
+        error
+    })
+}
+
+/// Makes sure the root `dir` holds exactly `marker` again: a run may have deleted, rewritten,
+/// hard-linked or replaced it. Only a regular file is ever replaced (its name unlinked, never its
+/// other links); the new one is created `O_EXCL`, as [`Marker::write`] always does.
+pub(super) fn restore_marker(dir: &OwnedFd, marker: &Marker) -> Result<(), String> {
+    if Marker::read(dir.as_fd(), marker.euid).as_ref() == Ok(marker) {
+        return Ok(());
     }
-    removed.map_err(|e| format!("{}: {e}", ns.path().join(trash).display()))
-}
-
-/// The marker's bytes, read without following a symlink (`None` when absent or unreadable).
-fn read_marker_bytes(dir: &OwnedFd) -> Option<Vec<u8>> {
-    let fd = rustix::fs::openat(
-        dir,
-        MARKER_FILE,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(std::fs::File::from(fd), crate::marker::MAX_MARKER_BYTES),
-        &mut bytes,
-    )
-    .ok()?;
-    Some(bytes)
-}
-
-/// Writes the marker back (never replacing anything), as [`crate::marker::Marker::write`] does.
-fn restore_marker(dir: &OwnedFd, bytes: &[u8]) {
-    let Ok(fd) = rustix::fs::openat(
-        dir,
-        MARKER_FILE,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::RUSR | Mode::WUSR,
-    ) else {
-        return;
-    };
-    let mut file = std::fs::File::from(fd);
-    let _ = std::io::Write::write_all(&mut file, bytes).and_then(|()| file.sync_data());
+    let lost = |e: &dyn std::fmt::Display| format!("{MARKER_FILE} could not be restored: {e}");
+    match rustix::fs::statat(dir, MARKER_FILE, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+            return Err(lost(&"a directory is in its place"))
+        }
+        Ok(_) => rustix::fs::unlinkat(dir, MARKER_FILE, AtFlags::empty()).map_err(|e| lost(&e))?,
+        Err(Errno::NOENT) => {}
+        Err(e) => return Err(lost(&e)),
+    }
+    marker.write(dir.as_fd()).map_err(|e| lost(&e))
 }
 
 struct Frame {
@@ -160,8 +160,14 @@ struct Frame {
     pending: Vec<(CString, Option<FileType>)>,
 }
 
-/// Removes everything inside the directory `top` except its marker; `display` names it in errors.
-pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
+/// Entries handled between two looks at the clock.
+const DEADLINE_STRIDE: u32 = 256;
+
+/// Removes everything inside the directory `top` except its marker (a regular file named
+/// [`MARKER_FILE`]: anything else under that name is content like the rest); `display` names it
+/// in errors. With a `deadline`, the walk stops between two entries once it has passed and says
+/// so (`interrupted`).
+pub fn remove_contents(top: &OwnedFd, display: &Path, deadline: Option<Instant>) -> WalkStats {
     let mut stats = WalkStats::default();
     let (top_identity, top_mnt, top_mode) = match identity_of_fd(top.as_fd()) {
         Ok(v) => v,
@@ -194,7 +200,7 @@ pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
             return stats;
         }
     };
-    pending.retain(|(n, _)| n.as_bytes() != MARKER_FILE.as_bytes());
+    pending.retain(|(n, kind)| !is_marker_file(top_fd.as_fd(), n, *kind));
     let mut stack = vec![Frame {
         fd: Some(top_fd),
         identity: top_identity,
@@ -202,7 +208,18 @@ pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
         pending,
     }];
     let mut open_fds = 1usize;
+    let mut until_clock = DEADLINE_STRIDE;
     while let Some(frame) = stack.last_mut() {
+        if let Some(deadline) = deadline {
+            until_clock -= 1;
+            if until_clock == 0 {
+                until_clock = DEADLINE_STRIDE;
+                if Instant::now() >= deadline {
+                    stats.interrupted = true;
+                    return stats;
+                }
+            }
+        }
         let Some((name, kind)) = frame.pending.pop() else {
             let done = stack.pop().expect("frame exists");
             if done.fd.is_some() {
@@ -334,6 +351,18 @@ pub fn remove_contents(top: &OwnedFd, display: &Path) -> WalkStats {
         });
     }
     stats
+}
+
+/// Whether the top-level entry `name` is the marker: a regular file under the marker's name.
+fn is_marker_file(top: BorrowedFd<'_>, name: &CStr, kind: Option<FileType>) -> bool {
+    if name.to_bytes() != MARKER_FILE.as_bytes() {
+        return false;
+    }
+    match kind {
+        Some(kind) => kind == FileType::RegularFile,
+        None => rustix::fs::statat(top, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile),
+    }
 }
 
 /// Opens a child directory without following symlinks, making it searchable if it is not.

@@ -33,7 +33,7 @@ use crate::lock::{self, LockOwner, LockRequest};
 use crate::namespace::Namespace;
 use crate::process::ProcessInfo;
 use crate::protect::{NetMode, ProtectMode, Protection, ProtectionRequest};
-use crate::reclaim::{self, Budget, GcOptions};
+use crate::reclaim::{self, Budget};
 use crate::report::{
     ContainmentInfo, Ending, EnvInfo, ExitInfo, Leak, RunReport, REPORT_SCHEMA, REPORT_VERSION,
 };
@@ -143,15 +143,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         ));
     }
     let ns = Namespace::open_or_create(&config.namespace)?;
-    let gc = reclaim::gc(
-        &ns,
-        &GcOptions {
-            dry_run: false,
-            include_kept: false,
-            budget: config.gc_budget,
-        },
-        &mut |_, _| {},
-    );
+    let gc = reclaim::at_run_start(&ns, config.gc_budget);
     let run_id = root::new_run_id()?;
     let command_text: Vec<String> = config
         .command
