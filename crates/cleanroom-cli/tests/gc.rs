@@ -61,8 +61,11 @@ fn kill_runner_of(sandbox: &Sandbox, extra: &[&str], script: &str, min: usize) -
         root.join("home/up").exists() && descendants(runner).len() >= min
     });
     assert!(up, "the run's processes did not start");
-    let processes = descendants(runner);
     let twins = twins_of(runner);
+    let processes: Vec<Owner> = descendants(runner)
+        .into_iter()
+        .filter(|p| !twins.contains(p))
+        .collect();
     reaper.processes = processes.iter().chain(&twins).copied().collect();
     signal_all(&twins, rustix::process::Signal::STOP);
     let child = reaper.child.as_mut().unwrap();

@@ -256,9 +256,16 @@ pub fn own_process() -> Owner {
     }
 }
 
-/// Whether the process `owner` still exists (same pid and start time) and is not a zombie.
+/// Whether the process `owner` still exists (same pid and start time) and is not dead: a
+/// zombie leader whose other threads still run (it called `pthread_exit`) is alive.
 pub fn is_alive(owner: Owner) -> bool {
-    start_time(owner.pid) == Some(owner.start_time) && !matches!(state(owner.pid), Some('Z' | 'X'))
+    let threads = || fs::read_dir(format!("/proc/{}/task", owner.pid)).map_or(0, |t| t.count());
+    start_time(owner.pid) == Some(owner.start_time)
+        && match state(owner.pid) {
+            Some('Z') => threads() > 1,
+            Some('X') | None => false,
+            Some(_) => true,
+        }
 }
 
 /// Living (non-zombie) processes whose command line contains `needle`, except this process.
@@ -783,20 +790,19 @@ pub fn hold_lock_outside_the_run(path: &Path) -> (Reaper, i32) {
     (reaper, pid)
 }
 
-/// Processes outside `pid`'s tree running its very command line (forks of it that did not
-/// exec, such as a watchdog), started after it.
+/// Processes running `pid`'s very command line, started after it (forks of it that did not
+/// exec, such as its watchdog, which is its child).
 pub fn twins_of(pid: i32) -> Vec<Owner> {
     let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
         return Vec::new();
     };
     let since = start_time(pid).unwrap_or_default();
-    let tree: Vec<i32> = descendants(pid).iter().map(|p| p.pid).collect();
     let mut twins = Vec::new();
     for e in fs::read_dir("/proc").unwrap().flatten() {
         let Some(other) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
         };
-        if other == pid || tree.contains(&other) {
+        if other == pid {
             continue;
         }
         let same = fs::read(format!("/proc/{other}/cmdline")).is_ok_and(|c| c == cmdline);
