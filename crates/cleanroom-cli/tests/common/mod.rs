@@ -587,7 +587,7 @@ pub fn compile_c(dir: &Path, name: &str, source: &str) -> PathBuf {
 
 /// A payload whose main thread calls `pthread_exit` while a worker thread sleeps: the leader
 /// shows `Z` but the process is alive. Once the leader is a zombie it writes its pid to
-/// `$CRT_DIR/$1.pid`; its arguments carry the marker (argv[2]).
+/// `$CRT_DIR/$1.pid` (when `CRT_DIR` is set); its arguments carry the marker (argv[2]).
 pub const THREAD_EXIT_C: &str = r#"
 #include <pthread.h>
 #include <stdio.h>
@@ -598,6 +598,7 @@ static void *worker(void *arg) {
     char path[4096], tmp[4200];
     (void)arg;
     usleep(100000);
+    if (!getenv("CRT_DIR")) for (;;) sleep(1000);
     snprintf(path, sizeof path, "%s/%s.pid", getenv("CRT_DIR"), name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");

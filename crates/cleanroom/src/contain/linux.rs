@@ -367,11 +367,13 @@ pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
     members
 }
 
-/// One kill of a cgroup: `cgroup.kill`, unconditionally (an empty listing proves nothing while
-/// a fork-and-exit chain runs), then SIGKILL to each member's thread group. `cgroup.kill`
+/// One kill of a cgroup: its members listed, `cgroup.kill`, unconditionally (an empty listing
+/// proves nothing while a fork-and-exit chain runs), then SIGKILL to each member's thread group. `cgroup.kill`
 /// signals each leader's own task only, and a leader that called `pthread_exit` does not act
 /// on that while its other threads run; a signal to the tgid reaches them. Returns the members.
 fn kill_round(dir: &OwnedFd, path: &Path) -> Vec<ProcessInfo> {
+    // Listed first, so that what is killed can be named.
+    let members = cgroup_members(path);
     if let Ok(fd) = rustix::fs::openat(
         dir,
         "cgroup.kill",
@@ -380,7 +382,6 @@ fn kill_round(dir: &OwnedFd, path: &Path) -> Vec<ProcessInfo> {
     ) {
         let _ = rustix::io::write(&fd, b"1");
     }
-    let members = cgroup_members(path);
     for member in &members {
         let _ = member.id.signal(rustix::process::Signal::KILL);
     }
