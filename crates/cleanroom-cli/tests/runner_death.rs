@@ -21,15 +21,16 @@ exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
 /// The payloads of [`SCRIPT`].
 const NAMES: [&str; 4] = ["daemon", "holder", "threadexit", "main"];
 
-/// Direct children of `pid` running its very command line (forks that did not exec: the
-/// watchdog).
-fn twins_among_children(pid: i32) -> Vec<i32> {
-    let own = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+/// Direct children of `pid` titled `cleanroom watchdog <run id>`.
+fn watchdogs_of(pid: i32) -> Vec<i32> {
     let text =
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
     text.split_whitespace()
         .filter_map(|c| c.parse::<i32>().ok())
-        .filter(|c| std::fs::read(format!("/proc/{c}/cmdline")).is_ok_and(|l| l == own))
+        .filter(|c| {
+            std::fs::read(format!("/proc/{c}/cmdline"))
+                .is_ok_and(|l| l.starts_with(b"cleanroom watchdog "))
+        })
         .collect()
 }
 
@@ -56,7 +57,7 @@ fn a_sigkilled_runner_takes_every_process_of_its_run_along_within_two_seconds() 
             sandbox.stop_runner(&mut runner);
             panic!("{contain}: {e}");
         }
-        let watchdogs = twins_among_children(runner.id() as i32);
+        let watchdogs = watchdogs_of(runner.id() as i32);
         assert_eq!(watchdogs.len(), 1, "{contain}: one watchdog: {watchdogs:?}");
         runner.kill().unwrap(); // SIGKILL to the runner alone
         runner.wait().unwrap();
@@ -88,6 +89,16 @@ fn a_sigkilled_runner_takes_every_process_of_its_run_along_within_two_seconds() 
             !common::is_alive_pid(watchdogs[0]),
             "{contain}: the watchdog did not exit"
         );
+        // The watchdog removed the emptied cgroup; gc reclaims the dead run's root.
+        let entries = sandbox.namespace_entries();
+        let run_id = entries
+            .iter()
+            .find_map(|e| e.strip_prefix("run-"))
+            .unwrap_or_else(|| panic!("{contain}: no root left: {entries:?}"));
+        let cgroup = cleanroom::contain::cgroup_root()
+            .unwrap()
+            .join(format!("cleanroom-{run_id}"));
+        assert!(!cgroup.exists(), "{contain}: {} is left", cgroup.display());
         let gc = sandbox.command(&["gc"]).output().unwrap();
         assert!(gc.status.success(), "{contain}: {gc:?}");
         sandbox.assert_namespace_empty();

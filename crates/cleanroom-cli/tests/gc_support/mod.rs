@@ -790,31 +790,27 @@ pub fn hold_lock_outside_the_run(path: &Path) -> (Reaper, i32) {
     (reaper, pid)
 }
 
-/// Processes running `pid`'s very command line, started after it (forks of it that did not
-/// exec, such as its watchdog, which is its child).
+/// The watchdogs of the runner `pid`: its children titled `cleanroom watchdog <run id>` (forks
+/// of it that did not exec and that kill its run if it dies).
 pub fn twins_of(pid: i32) -> Vec<Owner> {
-    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
-        return Vec::new();
-    };
-    let since = start_time(pid).unwrap_or_default();
-    let mut twins = Vec::new();
-    for e in fs::read_dir("/proc").unwrap().flatten() {
-        let Some(other) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if other == pid {
-            continue;
-        }
-        let same = fs::read(format!("/proc/{other}/cmdline")).is_ok_and(|c| c == cmdline);
-        match start_time(other) {
-            Some(start_time) if same && start_time >= since => twins.push(Owner {
-                pid: other,
-                start_time,
-            }),
-            _ => {}
-        }
-    }
-    twins
+    descendants(pid)
+        .into_iter()
+        .filter(|c| {
+            let parent = fs::read_to_string(format!("/proc/{}/stat", c.pid))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse()
+                        .ok()
+                });
+            parent == Some(pid)
+                && fs::read(format!("/proc/{}/cmdline", c.pid))
+                    .is_ok_and(|l| l.starts_with(b"cleanroom watchdog "))
+        })
+        .collect()
 }
 
 /// Sends `signal` to each of `processes` still alive (checked by start time just before).

@@ -164,7 +164,7 @@ impl Container {
     /// before the command is spawned. A watchdog that cannot start is logged, not fatal: the
     /// report says whether one runs.
     pub fn arm_watchdog(&mut self, run_id: &str) {
-        let cgroup = self.cgroup.as_ref().map(|c| c.dir());
+        let cgroup = self.cgroup.as_ref().map(|c| (c.dir(), c.path()));
         match Watchdog::start(run_id, cgroup) {
             Ok(watchdog) => self.watchdog = Some(watchdog),
             Err(e) => tracing::warn!("no watchdog: {e}"),

@@ -41,11 +41,17 @@ struct Plan {
     /// `\0CLEANROOM_RUN_ID=<id>\0`: an exact entry of a NUL-separated environment.
     needle: Vec<u8>,
     uid: libc::uid_t,
+    /// `cleanroom watchdog <run id>`, written over the inherited argv so that `ps` names it
+    /// (and nothing takes it for the runner or the command), with the argv area it goes in.
+    title: Vec<u8>,
+    argv: Option<(usize, usize)>,
+    /// The leaf's parent and name, to remove the leaf once it is empty.
+    cgroup_parent: Option<(RawFd, std::ffi::CString)>,
 }
 
 impl Watchdog {
     /// Forks the watchdog of run `run_id`, whose leaf (if any) is the open directory `cgroup`.
-    pub fn start(run_id: &str, cgroup: Option<&OwnedFd>) -> Result<Watchdog> {
+    pub fn start(run_id: &str, cgroup: Option<(&OwnedFd, &std::path::Path)>) -> Result<Watchdog> {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| Error::sys("create the watchdog's pipe", e))?;
         let dev_null = rustix::fs::open(
@@ -55,9 +61,29 @@ impl Watchdog {
         )
         .map_err(|e| Error::sys("open /dev/null for the watchdog", e))?;
         let needle = format!("\0{}={run_id}\0", crate::env::RUN_ID_VAR).into_bytes();
+        let parent = match cgroup.and_then(|(_, path)| Some((path.parent()?, path.file_name()?))) {
+            Some((parent, name)) => Some((
+                rustix::fs::open(
+                    parent,
+                    rustix::fs::OFlags::PATH
+                        | rustix::fs::OFlags::DIRECTORY
+                        | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )
+                .map_err(|e| Error::io("open", parent, e))?,
+                std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name))
+                    .map_err(|_| Error::Invalid("a cgroup name with a NUL".into()))?,
+            )),
+            None => None,
+        };
         let plan = Plan {
             pipe: read.as_raw_fd(),
-            cgroup: cgroup.map(AsRawFd::as_raw_fd),
+            cgroup: cgroup.map(|(dir, _)| dir.as_raw_fd()),
+            title: format!("cleanroom watchdog {run_id}").into_bytes(),
+            argv: argv_area(),
+            cgroup_parent: parent
+                .as_ref()
+                .map(|(fd, name)| (fd.as_raw_fd(), name.clone())),
             dev_null: dev_null.as_raw_fd(),
             needle,
             // SAFETY: getuid cannot fail.
@@ -113,10 +139,12 @@ impl Watchdog {
 /// Only in the child of a fork: it exits the process.
 unsafe fn watch(plan: &Plan) -> ! {
     libc::setsid();
+    set_title(plan);
     for std_fd in 0..3 {
         libc::dup2(plan.dev_null, std_fd);
     }
-    close_all_but(&[plan.pipe, plan.cgroup.unwrap_or(-1)]);
+    let parent = plan.cgroup_parent.as_ref().map_or(-1, |(fd, _)| *fd);
+    close_all_but(&[plan.pipe, plan.cgroup.unwrap_or(-1), parent]);
     let mut group: i32 = 0;
     let mut buf = [0u8; 64];
     let mut pending = 0usize;
@@ -150,16 +178,41 @@ unsafe fn watch(plan: &Plan) -> ! {
         }
     }
     kill_run(plan, group);
+    if let (Some(dir), Some((parent, name))) = (plan.cgroup, &plan.cgroup_parent) {
+        if !populated(dir) {
+            libc::unlinkat(*parent, name.as_ptr(), libc::AT_REMOVEDIR);
+        }
+    }
     libc::_exit(0)
 }
 
+/// Where the kernel keeps this process's argv (fields 48 and 49 of `/proc/self/stat`).
+fn argv_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // Index 0 is field 3 (state), so field N is at N - 3.
+    let start = fields.get(45)?.parse().ok()?;
+    let end: usize = fields.get(46)?.parse().ok()?;
+    (end > start).then_some((start, end))
+}
+
+/// Writes the title over the argv area (zero-filled after it) and names the thread.
+unsafe fn set_title(plan: &Plan) {
+    libc::prctl(libc::PR_SET_NAME, c"cr-watchdog".as_ptr());
+    let Some((start, end)) = plan.argv else {
+        return;
+    };
+    let area = std::slice::from_raw_parts_mut(start as *mut u8, end - start);
+    let n = plan.title.len().min(area.len() - 1);
+    area[..n].copy_from_slice(&plan.title[..n]);
+    area[n..].fill(0);
+}
+
 /// Closes every descriptor but 0–2 and `keep` (close_range on the gaps).
-unsafe fn close_all_but(keep: &[RawFd]) {
+unsafe fn close_all_but(keep: &[RawFd; 3]) {
     let mut first: libc::c_uint = 3;
-    let mut sorted = [keep[0], keep[1]];
-    if sorted[0] > sorted[1] {
-        sorted.swap(0, 1);
-    }
+    let mut sorted = *keep;
+    sorted.sort_unstable();
     for fd in sorted {
         if fd >= first as RawFd {
             if fd > first as RawFd {
@@ -241,6 +294,24 @@ unsafe fn kill_cgroup(dir: RawFd) -> bool {
     }
     libc::close(procs);
     found
+}
+
+/// Whether `cgroup.events` of the leaf lacks `populated 0` (an unreadable one counts as
+/// populated).
+unsafe fn populated(dir: RawFd) -> bool {
+    let fd = libc::openat(
+        dir,
+        c"cgroup.events".as_ptr(),
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    );
+    if fd < 0 {
+        return true;
+    }
+    let mut buf = [0u8; 256];
+    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+    libc::close(fd);
+    let text = &buf[..n.max(0) as usize];
+    !text.windows(11).any(|w| w == b"populated 0")
 }
 
 /// SIGKILL to every process of the runner's uid whose environment (or, for a leader that called
