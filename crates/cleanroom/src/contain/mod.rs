@@ -8,14 +8,20 @@
 //!    `setsid` and double-forked daemons re-parent to it; membership is "every descendant of the
 //!    runner", and termination loops until that set is empty (Bazel's process-wrapper).
 //!
+//! 2. The floor is on for the cgroup rung too: a process that left the leaf (root can write
+//!    itself into another cgroup) is still a descendant of the runner, so still a member.
+//!
 //! A PID namespace is deliberately not the default: it changes what `ps`, pid files and
 //! `kill -0` show the suite, and needs a user namespace when unprivileged, which changes the uid
-//! the suite sees. The floor is complete for everything that does not re-parent outside the
-//! runner's tree, and gc finds what a SIGKILLed runner left by `CLEANROOM_RUN_ID`.
+//! the suite sees. The run's [`Watchdog`] kills it if the runner dies; gc finds what is left
+//! after that by `CLEANROOM_RUN_ID`.
 //!
-//! Invariants: processes are named by pid + start time and signalled through pidfds; the subreaper
-//! flag is set before the first spawn; termination is TERM → grace → KILL-until-empty, and the
-//! KILL phase loops (or uses `cgroup.kill`) so a process forking while being killed still dies.
+//! Invariants: processes are named by pid + start time and signalled through pidfds; liveness is
+//! [`process::is_alive`] (a `Z` leader with live threads is alive); the subreaper flag is set
+//! before the first spawn; termination is TERM → grace → KILL-until-provably-empty: every KILL
+//! round writes `cgroup.kill` and kills the command's group and every member, and only
+//! `populated 0` plus `waitpid` finding no child (see [`Scope`]) ends it — an empty listing
+//! never does; a loop that hits its bound names the survivors on stderr.
 
 #[cfg(target_os = "linux")]
 #[path = "linux.rs"]
