@@ -48,6 +48,18 @@ impl FromStr for LimitArg {
     }
 }
 
+/// `--signal SIG`: a signal name or number, as kill(1) takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalArg(pub rustix::process::Signal);
+
+impl FromStr for SignalArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<SignalArg, String> {
+        cleanroom::run::parse_signal(text).map(SignalArg)
+    }
+}
+
 /// `--pin VAR`: a variable name, checked when the flag or the config key is read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PinArg(pub String);
@@ -74,6 +86,10 @@ impl ConfigValue for DurationArg {
 
 impl ConfigValue for LimitArg {
     const EXPECTED: &'static str = DurationArg::EXPECTED;
+}
+
+impl ConfigValue for SignalArg {
+    const EXPECTED: &'static str = "a signal such as \"TERM\", \"INT\" or a number";
 }
 
 impl ConfigValue for PinArg {
@@ -115,7 +131,7 @@ macro_rules! deserialize_via_from_str {
         }
     )*};
 }
-deserialize_via_from_str!(DurationArg, LimitArg, PinArg);
+deserialize_via_from_str!(DurationArg, LimitArg, PinArg, SignalArg);
 
 /// `--protect`.
 #[derive(Clone, Copy, Debug, ValueEnum, Deserialize)]
@@ -176,10 +192,13 @@ pub enum LockScopeArg {
 #[derive(clap::Args, Deserialize, Debug, Default, Clone)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RunOptions {
-    /// Stop the run after D: TERM, --grace, then KILL; exit 124 (a bare number is seconds; 0: no
-    /// limit) [default: 0]
+    /// Stop the run after D: --signal, --grace, then KILL; exit 124, or 137 when KILL was needed
+    /// (a bare number is seconds; 0: no limit) [default: 0]
     #[arg(long, value_name = "D", env = "CLEANROOM_TIMEOUT")]
     pub timeout: Option<LimitArg>,
+    /// The first signal sent to the run when --timeout fires (a name or number) [default: TERM]
+    #[arg(long, value_name = "SIG", env = "CLEANROOM_SIGNAL")]
+    pub signal: Option<SignalArg>,
     /// Time between TERM and KILL on timeout or interrupt (0: KILL at once) [default: 10s]
     #[arg(long, value_name = "D", env = "CLEANROOM_GRACE")]
     pub grace: Option<DurationArg>,
@@ -260,6 +279,7 @@ impl RunOptions {
     /// Sets on `builder` every option this layer gives; the rest keeps the lower layers' values.
     pub fn apply(self, mut b: RunBuilder) -> RunBuilder {
         b = set(b, self.timeout.map(|l| l.0), RunBuilder::timeout);
+        b = set(b, self.signal.map(|s| s.0), RunBuilder::timeout_signal);
         b = set(b, self.grace.map(|d| d.0), RunBuilder::grace);
         b = set(b, self.leak_grace.map(|d| d.0), RunBuilder::leak_grace);
         b = set(b, self.on_leak.map(LeakPolicy::from), RunBuilder::on_leak);

@@ -267,3 +267,103 @@ fn unprivileged_run_falls_back_to_session_and_still_kills_a_setsid_daemon() {
     let state = std::fs::metadata(sandbox.state()).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&state), common::NOBODY);
 }
+
+/// The rungs the hard-exit tests cover: the cgroup and the session rung as root, and the session
+/// rung unprivileged (uid 65534 through setpriv), each with its sandbox.
+fn hard_rungs(tag: &str) -> Vec<(Sandbox, [&'static str; 2], &'static str)> {
+    assert!(
+        common::is_root(),
+        "{tag}: needs root (the cgroup rung, and setpriv to another uid); CI runs as root"
+    );
+    vec![
+        (Sandbox::new(tag), ["--contain", "cgroup"], "cgroup"),
+        (Sandbox::new(tag), ["--contain", "session"], "session"),
+        (
+            Sandbox::as_user(tag, common::NOBODY),
+            ["--contain", "auto"],
+            "session",
+        ),
+    ]
+}
+
+#[test]
+fn a_process_whose_leader_called_pthread_exit_dies_with_the_run_and_is_named() {
+    for (sandbox, args, mechanism) in hard_rungs("threadexit") {
+        let bin = common::compile_c(sandbox.scratch(), "threadexit", common::THREAD_EXIT_C);
+        let script = format!(
+            "\"{}\" threadexit \"$CRT_MARK\" &\nready threadexit\nexit 0",
+            bin.display()
+        );
+        let run = sandbox.run_bash(&args, &script);
+        run.assert_status(0);
+        assert_eq!(run.mechanism(), mechanism);
+        let pid = sandbox.pid_of("threadexit").expect("the payload ran");
+        assert!(
+            !common::is_alive_pid(pid),
+            "{mechanism}: the thread group of pid {pid} survived the run"
+        );
+        assert!(
+            run.stderr.contains(&format!("leak: pid {pid} ")),
+            "{mechanism}: the thread group is not named a leak:\n{}",
+            run.stderr
+        );
+        let leaks = run.report()["leaks"].as_array().unwrap().clone();
+        assert!(
+            leaks
+                .iter()
+                .any(|l| l["pid"].as_i64() == Some(i64::from(pid))),
+            "{mechanism}: {leaks:?}"
+        );
+        sandbox.assert_no_survivors(&["threadexit"]);
+        sandbox.assert_namespace_empty();
+        run.assert_cgroup_removed();
+    }
+}
+
+#[test]
+fn a_fork_and_exit_chain_dies_with_the_run_on_every_rung() {
+    let _serial = FORK_LOOPS.lock().unwrap_or_else(|e| e.into_inner());
+    for (sandbox, args, mechanism) in hard_rungs("chain") {
+        let bin = common::compile_c(sandbox.scratch(), "chain", common::CHAIN_C);
+        // Bounded twice over, as PID 1 here never reaps: 20,000 generations at most, and for
+        // the unprivileged runner a process limit (root ignores RLIMIT_NPROC).
+        let script = format!(
+            "prlimit --nproc=200 -- \"{}\" 20000 \"$CRT_MARK\" &\nready chain\nexit 0",
+            bin.display()
+        );
+        let run = sandbox.run_bash(&args, &script);
+        run.assert_status(0);
+        assert_eq!(run.mechanism(), mechanism);
+        assert!(
+            run.stderr.lines().any(|l| l.contains("leak: pid")),
+            "{mechanism}: the chain is not reported:\n{}",
+            run.stderr
+        );
+        sandbox.assert_no_survivors(&["chain"]);
+        sandbox.assert_namespace_empty();
+        run.assert_cgroup_removed();
+    }
+}
+
+#[test]
+fn a_process_that_moves_to_the_parent_cgroup_is_still_killed_and_reported() {
+    assert!(common::is_root(), "writing cgroup.procs needs root");
+    let sandbox = Sandbox::new("cgescape");
+    let mount = cleanroom::contain::cgroup_root().expect("the runner's cgroup (cgroup v2)");
+    let script = format!(
+        "setsid bash -c 'echo $$ > \"{}/cgroup.procs\" && exec perl \"$CRT_DIR/sleeper.pl\" escaped \"$CRT_MARK\"' </dev/null >/dev/null 2>&1 &\nready escaped\nexit 0",
+        mount.display()
+    );
+    let run = sandbox.run_bash(&["--contain", "cgroup"], &script);
+    run.assert_status(0);
+    assert_eq!(run.mechanism(), "cgroup");
+    let pid = sandbox.pid_of("escaped").expect("the escapee ran");
+    assert!(
+        run.stderr.contains(&format!("leak: pid {pid} ")),
+        "the escapee is not reported:\n{}",
+        run.stderr
+    );
+    sandbox.assert_no_survivors(&["escaped"]);
+    sandbox.assert_namespace_empty();
+    run.assert_cgroup_removed();
+}

@@ -61,8 +61,11 @@ fn kill_runner_of(sandbox: &Sandbox, extra: &[&str], script: &str, min: usize) -
         root.join("home/up").exists() && descendants(runner).len() >= min
     });
     assert!(up, "the run's processes did not start");
-    let processes = descendants(runner);
     let twins = twins_of(runner);
+    let processes: Vec<Owner> = descendants(runner)
+        .into_iter()
+        .filter(|p| !twins.contains(p))
+        .collect();
     reaper.processes = processes.iter().chain(&twins).copied().collect();
     signal_all(&twins, rustix::process::Signal::STOP);
     let child = reaper.child.as_mut().unwrap();
@@ -1626,5 +1629,52 @@ fn gc_prints_a_summary_and_each_removed_root_only_with_verbose() {
     for spec in &specs {
         let line = format!("removed {}", sandbox.ns.join(spec.name()).display());
         assert!(stdout.lines().any(|l| l == line), "{stdout}");
+    }
+}
+
+#[test]
+fn gc_kills_a_process_whose_leader_called_pthread_exit_after_its_runner_was_sigkilled() {
+    for (sandbox, contain) in rungs() {
+        let payload = sandbox.outside("threadexit");
+        fs::create_dir(&payload).unwrap();
+        fs::set_permissions(&payload, fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = common::compile_c(&payload, "threadexit", common::THREAD_EXIT_C);
+        // Ready once the leader is a zombie whose worker thread runs.
+        let script = format!(
+            "\"{}\" threadexit \"$0\" &\necho $! > \"$HOME/te.pid\"\n\
+             while ! grep -q ') Z' /proc/$!/stat; do sleep 0.02; done\n\
+             echo up > \"$HOME/up\"\nsleep 300",
+            bin.display()
+        );
+        let crashed = kill_runner_of(&sandbox, &["--contain", contain], &script, 2);
+        let pid: i32 = fs::read_to_string(crashed.root.join("home/te.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let leader = crashed
+            .processes
+            .iter()
+            .copied()
+            .find(|p| p.pid == pid)
+            .expect("the payload is one of the run's processes");
+        assert!(is_alive(leader), "{contain}: the payload must be alive");
+        let out = sandbox.output(&["gc", "-v"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{contain}: {out:?}");
+        assert!(
+            stdout.contains(&format!("killed orphan pid {pid}:")),
+            "{contain}: gc must name the thread group {pid}: {stdout}"
+        );
+        assert!(
+            !is_alive(leader),
+            "{contain}: the thread group {pid} survived gc"
+        );
+        let survivors: Vec<_> = crashed.processes.iter().filter(|p| is_alive(**p)).collect();
+        assert!(
+            survivors.is_empty(),
+            "{contain}: survived gc: {survivors:?}"
+        );
+        assert_eq!(sandbox.names(), Vec::<String>::new());
     }
 }

@@ -655,3 +655,52 @@ fn a_runner_started_with_int_ignored_gives_the_command_default_signals() {
     let int_or_quit = (1 << (libc::SIGINT - 1)) | (1 << (libc::SIGQUIT - 1));
     assert_eq!(mask("SigIgn:") & int_or_quit, 0, "{}", run.stdout);
 }
+
+#[test]
+fn a_timeout_exits_124_when_the_signal_was_enough_and_137_when_kill_was_needed() {
+    let sandbox = Sandbox::new("timeoutkill");
+    // TERM is enough: 124, nothing SIGKILLed, the signal named.
+    let run = sandbox.run(&["--timeout", "1s", "--grace", "30s"], &["sleep", "100"]);
+    run.assert_status(124);
+    let report = run.report();
+    assert_eq!(report["exit"]["signal"], 15, "{report}");
+    assert_eq!(report["exit"]["timeout_signal"], 15, "{report}");
+    assert_eq!(report["killed"], serde_json::json!([]), "{report}");
+    // TERM ignored: KILL after the grace, 137 as `timeout -k`, and the report says who.
+    let run = sandbox.run_bash(
+        &["--timeout", "1s", "--grace", "500ms"],
+        "trap '' TERM\nwhile :; do sleep 0.1; done",
+    );
+    run.assert_status(137);
+    let report = run.report();
+    assert_eq!(report["exit"]["signal"], 9, "{report}");
+    let killed = report["killed"].as_array().unwrap();
+    assert!(
+        killed.iter().any(|k| k["command"]
+            .as_str()
+            .is_some_and(|c| c.contains(sandbox.marker()))),
+        "the SIGKILLed command is not in the killed list: {report}"
+    );
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn signal_chooses_the_first_signal_of_a_timeout() {
+    let sandbox = Sandbox::new("signal");
+    // The command ignores TERM and dies of INT: --signal INT ends it before any KILL.
+    let script = "trap '' TERM\nexec perl -e '$SIG{TERM} = \"IGNORE\"; sleep 100'";
+    let run = sandbox.run_bash(
+        &["--timeout", "1s", "--grace", "30s", "--signal", "INT"],
+        script,
+    );
+    run.assert_status(124);
+    let report = run.report();
+    assert_eq!(report["exit"]["signal"], 2, "{report}");
+    assert_eq!(report["exit"]["timeout_signal"], 2, "{report}");
+    assert_eq!(report["killed"], serde_json::json!([]), "{report}");
+    for bad in ["NOPE", "0", "99"] {
+        let run = sandbox.run(&["--timeout", "1s", "--signal", bad], &["true"]);
+        run.assert_status(125);
+    }
+    sandbox.assert_namespace_empty();
+}

@@ -43,10 +43,11 @@ impl Reaper {
     /// left (blocking: call from `spawn_blocking`). Returns what needed SIGKILL.
     pub fn terminate(&self, members: &Membership, grace: Duration) -> Vec<ProcessInfo> {
         cleanroom::contain::terminate_set(
-            &mut || members.current(),
+            &mut cleanroom::contain::Listed {
+                members: &mut || members.current(),
+                reap: &mut || self.reap_orphans(),
+            },
             grace,
-            &mut || self.reap_orphans(),
-            &mut || false,
         )
     }
 

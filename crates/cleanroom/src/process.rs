@@ -9,7 +9,6 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
 use rustix::process::{Pid, PidfdFlags, Signal};
 use serde::{Deserialize, Serialize};
@@ -158,11 +157,25 @@ fn stat_fields(pid: i32) -> io::Result<Vec<String>> {
     Ok(after.split_whitespace().map(str::to_owned).collect())
 }
 
-/// Whether `pid` is a zombie (exited, not yet reaped) or gone.
-pub fn is_dead_or_zombie(pid: i32) -> bool {
+/// Whether `pid` is alive: it exists and is not dead, where dead means gone, state `X`, or
+/// state `Z` with no other thread left.
+///
+/// A thread-group leader that called `pthread_exit` shows `Z` while its other threads run: that
+/// process is alive (and must be killed by its tgid), so a `Z` leader with more than one entry
+/// in `/proc/<pid>/task` counts as alive. Every membership test goes through here.
+pub fn is_alive(pid: i32) -> bool {
     match stat_fields(pid) {
-        Ok(fields) => fields.first().is_some_and(|s| s == "Z" || s == "X"),
-        Err(_) => true,
+        Ok(fields) => state_is_alive(pid, fields.first().map(String::as_str)),
+        Err(_) => false,
+    }
+}
+
+/// The liveness rule of [`is_alive`] for a state already read from `/proc/<pid>/stat`.
+fn state_is_alive(pid: i32, state: Option<&str>) -> bool {
+    match state {
+        Some("X") | None => false,
+        Some("Z") => fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| tasks.count() > 1),
+        Some(_) => true,
     }
 }
 
@@ -193,9 +206,9 @@ pub fn command_line(pid: i32) -> String {
     }
 }
 
-/// Reads `ProcessInfo` for `pid`, or `None` when it is gone or a zombie.
+/// Reads `ProcessInfo` for `pid`, or `None` when it is dead (see [`is_alive`]).
 pub fn info(pid: i32) -> Option<ProcessInfo> {
-    if is_dead_or_zombie(pid) {
+    if !is_alive(pid) {
         return None;
     }
     let id = ProcessId::of(pid)?;
@@ -223,7 +236,8 @@ pub fn children(pid: i32) -> Vec<i32> {
     out
 }
 
-/// Every living descendant of `pid` (children, their children, ...), zombies excluded.
+/// Every living descendant of `pid` (children, their children, ...), the dead (see
+/// [`is_alive`]) excluded.
 ///
 /// Each is named by the start time read together with its parent pid from one read of its
 /// `stat`, and kept only if that parent is the process it was listed under: a pid that exited
@@ -238,7 +252,7 @@ pub fn descendants(pid: i32) -> Vec<ProcessId> {
         let Ok(fields) = stat_fields(p) else { continue };
         let ppid = fields.get(1).and_then(|f| f.parse::<i32>().ok());
         let start = fields.get(19).and_then(|f| f.parse::<u64>().ok());
-        let zombie = fields.first().is_some_and(|s| s == "Z" || s == "X");
+        let alive = state_is_alive(p, fields.first().map(String::as_str));
         let (Some(ppid), Some(start_time)) = (ppid, start) else {
             continue;
         };
@@ -246,7 +260,7 @@ pub fn descendants(pid: i32) -> Vec<ProcessId> {
             continue;
         }
         stack.extend(children(p).into_iter().map(|c| (p, c)));
-        if !zombie {
+        if alive {
             out.push(ProcessId { pid: p, start_time });
         }
     }
@@ -263,7 +277,7 @@ pub fn describe(id: ProcessId) -> ProcessInfo {
 
 /// Whether `id` still names a living process (same pid, same start time).
 pub fn still_alive(id: ProcessId) -> bool {
-    ProcessId::of(id.pid) == Some(id) && !is_dead_or_zombie(id.pid)
+    ProcessId::of(id.pid) == Some(id) && is_alive(id.pid)
 }
 
 /// The real uid of `pid`.
@@ -308,8 +322,23 @@ pub fn with_env_entry(name: &str, value: &str, uid: u32) -> Vec<ProcessInfo> {
 
 /// The raw environment of `pid` (`NAME=value` entries separated by NUL), or `None` when it
 /// cannot be read. Every membership test by environment goes through here.
+///
+/// A leader that called `pthread_exit` has no memory map of its own any more, so its
+/// `environ` cannot be read; the environment of a thread still running is read instead.
 pub fn environ(pid: i32) -> Option<Vec<u8>> {
-    fs::read(Path::new(&format!("/proc/{pid}/environ"))).ok()
+    match fs::read(format!("/proc/{pid}/environ")) {
+        Ok(env) if !env.is_empty() => Some(env),
+        Ok(_) | Err(_) if !is_alive(pid) => None,
+        first => fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+            .find_map(|task| {
+                fs::read(task.path().join("environ"))
+                    .ok()
+                    .filter(|e| !e.is_empty())
+            })
+            .or(first.ok()),
+    }
 }
 
 /// Whether the environment of `pid` has exactly the entry `needle`.

@@ -42,6 +42,8 @@ pub struct ExitInfo {
     pub ending: Ending,
     /// The signal the runner received, if it was interrupted.
     pub interrupt_signal: Option<i32>,
+    /// The first signal sent when `--timeout` fired (`--signal`), if it fired.
+    pub timeout_signal: Option<i32>,
 }
 
 /// Containment in use.
@@ -53,6 +55,8 @@ pub struct ContainmentInfo {
     pub fallback_reason: Option<String>,
     /// The cgroup, if any.
     pub cgroup: Option<PathBuf>,
+    /// Whether a watchdog was guarding the run: it kills the run if the runner dies.
+    pub watchdog: bool,
 }
 
 /// A process that outlived the command.

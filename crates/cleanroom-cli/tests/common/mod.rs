@@ -544,20 +544,108 @@ pub fn send_signal(child: &Child, signal: rustix::process::Signal) {
     rustix::process::kill_process(pid, signal).expect("signal the runner");
 }
 
-/// The command line of `pid` if it is alive (not a zombie), arguments joined by spaces.
+/// The command line of `pid` if it is alive, arguments joined by spaces. A zombie leader
+/// whose other threads still run (it called `pthread_exit`) is alive; its command line is read
+/// through one of those threads.
 pub fn live_cmdline(pid: i32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
-    if state == "Z" || state == "X" {
-        return None;
-    }
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let path = match state {
+        "X" => return None,
+        "Z" => std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+            .map(|t| t.path())
+            .find(|t| !t.ends_with(pid.to_string()))?
+            .join("cmdline"),
+        _ => format!("/proc/{pid}/cmdline").into(),
+    };
+    let raw = std::fs::read(path).ok()?;
     Some(
         raw.split(|&b| b == 0)
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect::<Vec<_>>()
             .join(" "),
     )
+}
+
+/// Compiles the C program `source` into `dir/name` (with `-pthread`), runnable by everyone.
+pub fn compile_c(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    let bin = dir.join(name);
+    std::fs::write(&src, source).unwrap();
+    let out = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("run cc (gcc is needed by these tests)");
+    assert!(out.status.success(), "cc {name}: {out:?}");
+    chmod(&bin, 0o755);
+    bin
+}
+
+/// A payload whose main thread calls `pthread_exit` while a worker thread sleeps: the leader
+/// shows `Z` but the process is alive. Once the leader is a zombie it writes its pid to
+/// `$CRT_DIR/$1.pid` (when `CRT_DIR` is set); its arguments carry the marker (argv[2]).
+pub const THREAD_EXIT_C: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static char *name;
+static void *worker(void *arg) {
+    char path[4096], tmp[4200];
+    (void)arg;
+    usleep(100000);
+    if (!getenv("CRT_DIR")) for (;;) sleep(1000);
+    snprintf(path, sizeof path, "%s/%s.pid", getenv("CRT_DIR"), name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    rename(tmp, path);
+    for (;;) sleep(1000);
+    return 0;
+}
+int main(int argc, char **argv) {
+    pthread_t t;
+    name = argc > 1 ? argv[1] : "threadexit";
+    pthread_create(&t, 0, worker, 0);
+    pthread_exit(0);
+}
+"#;
+
+/// A fork-and-exit chain: ignores TERM; each process forks and exits at once, for argv[1]
+/// generations (bounded: PID 1 here never reaps), the last one pauses. Writes its first pid to
+/// `$CRT_DIR/chain.pid`; its arguments carry the marker (argv[2]).
+pub const CHAIN_C: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 20000;
+    char path[4096], tmp[4200];
+    signal(SIGTERM, SIG_IGN);
+    snprintf(path, sizeof path, "%s/chain.pid", getenv("CRT_DIR"));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    rename(tmp, path);
+    for (long i = 0; i < n; i++) {
+        pid_t p = fork();
+        if (p < 0) { usleep(1000); continue; }
+        if (p > 0) _exit(0);
+    }
+    for (;;) pause();
+}
+"#;
+
+/// Whether `pid` is alive by the liveness rule (a zombie leader with other threads is).
+pub fn is_alive_pid(pid: i32) -> bool {
+    live_cmdline(pid).is_some()
 }
 
 /// Every living process (other than this one) whose arguments contain `marker`.

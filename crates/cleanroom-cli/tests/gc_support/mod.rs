@@ -256,9 +256,16 @@ pub fn own_process() -> Owner {
     }
 }
 
-/// Whether the process `owner` still exists (same pid and start time) and is not a zombie.
+/// Whether the process `owner` still exists (same pid and start time) and is not dead: a
+/// zombie leader whose other threads still run (it called `pthread_exit`) is alive.
 pub fn is_alive(owner: Owner) -> bool {
-    start_time(owner.pid) == Some(owner.start_time) && !matches!(state(owner.pid), Some('Z' | 'X'))
+    let threads = || fs::read_dir(format!("/proc/{}/task", owner.pid)).map_or(0, |t| t.count());
+    start_time(owner.pid) == Some(owner.start_time)
+        && match state(owner.pid) {
+            Some('Z') => threads() > 1,
+            Some('X') | None => false,
+            Some(_) => true,
+        }
 }
 
 /// Living (non-zombie) processes whose command line contains `needle`, except this process.
@@ -783,32 +790,27 @@ pub fn hold_lock_outside_the_run(path: &Path) -> (Reaper, i32) {
     (reaper, pid)
 }
 
-/// Processes outside `pid`'s tree running its very command line (forks of it that did not
-/// exec, such as a watchdog), started after it.
+/// The watchdogs of the runner `pid`: its children titled `cleanroom watchdog <run id>` (forks
+/// of it that did not exec and that kill its run if it dies).
 pub fn twins_of(pid: i32) -> Vec<Owner> {
-    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
-        return Vec::new();
-    };
-    let since = start_time(pid).unwrap_or_default();
-    let tree: Vec<i32> = descendants(pid).iter().map(|p| p.pid).collect();
-    let mut twins = Vec::new();
-    for e in fs::read_dir("/proc").unwrap().flatten() {
-        let Some(other) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if other == pid || tree.contains(&other) {
-            continue;
-        }
-        let same = fs::read(format!("/proc/{other}/cmdline")).is_ok_and(|c| c == cmdline);
-        match start_time(other) {
-            Some(start_time) if same && start_time >= since => twins.push(Owner {
-                pid: other,
-                start_time,
-            }),
-            _ => {}
-        }
-    }
-    twins
+    descendants(pid)
+        .into_iter()
+        .filter(|c| {
+            let parent = fs::read_to_string(format!("/proc/{}/stat", c.pid))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse()
+                        .ok()
+                });
+            parent == Some(pid)
+                && fs::read(format!("/proc/{}/cmdline", c.pid))
+                    .is_ok_and(|l| l.starts_with(b"cleanroom watchdog "))
+        })
+        .collect()
 }
 
 /// Sends `signal` to each of `processes` still alive (checked by start time just before).

@@ -6,7 +6,6 @@
 //! `pre_exec` by writing "0" to an already-open `cgroup.procs`, a single async-signal-safe write.
 
 use std::fs;
-use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
@@ -54,7 +53,7 @@ pub fn reset_signals_on_exec(command: &mut Command) {
 pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) {
     let me = std::process::id() as i32;
     for child in process::children(me) {
-        if keep(child) || !process::is_dead_or_zombie(child) {
+        if keep(child) || process::is_alive(child) {
             continue;
         }
         if let Some(pid) = rustix::process::Pid::from_raw(child) {
@@ -129,6 +128,8 @@ pub fn cgroup_root() -> Result<PathBuf> {
 #[derive(Debug)]
 pub(super) struct Cgroup {
     path: PathBuf,
+    /// The leaf itself, for its control files.
+    dir: OwnedFd,
     /// `cgroup.procs`, open for writing, for the child to join in pre_exec.
     procs: OwnedFd,
 }
@@ -154,15 +155,23 @@ impl Cgroup {
         let path = parent.join(format!("cleanroom-{run_id}"));
         fs::create_dir(&path).at("create cgroup", &path)?;
         let procs_path = path.join("cgroup.procs");
-        let procs =
-            match rustix::fs::open(&procs_path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()) {
-                Ok(fd) => fd,
-                Err(e) => {
-                    let _ = fs::remove_dir(&path);
-                    return Err(Error::io("open", &procs_path, e));
-                }
-            };
-        Ok(Cgroup { path, procs })
+        let opened = rustix::fs::open(&procs_path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
+            .and_then(|procs| {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                Ok((procs, rustix::fs::open(&path, flags, Mode::empty())?))
+            });
+        match opened {
+            Ok((procs, dir)) => Ok(Cgroup { path, dir, procs }),
+            Err(e) => {
+                let _ = fs::remove_dir(&path);
+                Err(Error::io("open", &procs_path, e))
+            }
+        }
+    }
+
+    /// The leaf's directory.
+    pub(super) fn dir(&self) -> &OwnedFd {
+        &self.dir
     }
 
     pub(super) fn path(&self) -> &Path {
@@ -189,11 +198,16 @@ impl Cgroup {
         cgroup_members(&self.path)
     }
 
-    pub(super) fn kill(&self) -> std::io::Result<()> {
-        fs::OpenOptions::new()
-            .write(true)
-            .open(self.path.join("cgroup.kill"))?
-            .write_all(b"1")
+    /// One kill of the whole leaf (see [`kill_round`]), then up to a few milliseconds for
+    /// `populated 0`.
+    pub(super) fn kill(&self) {
+        kill_round(&self.dir, &self.path);
+        wait_unpopulated(&self.dir, Duration::from_millis(20));
+    }
+
+    /// Whether `cgroup.events` says a process is still in the leaf (or below it).
+    pub(super) fn populated(&self) -> bool {
+        is_populated(&self.dir)
     }
 
     /// Removes the (empty) leaf, retrying briefly while the kernel finishes tearing tasks down.
@@ -328,30 +342,88 @@ pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
     let Some((parent, dir)) = open_recorded_cgroup(path, run_id) else {
         return Vec::new();
     };
-    let members: Vec<ProcessInfo> = read_control(&dir, "cgroup.procs")
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .filter_map(process::info)
-        .collect();
+    let mut members: Vec<ProcessInfo> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        for member in kill_round(&dir, path) {
+            if !members.iter().any(|m| m.id == member.id) {
+                members.push(member);
+            }
+        }
+        reap_orphans(&|_| false);
+        if wait_unpopulated(&dir, Duration::from_millis(20)) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            tracing::error!(
+                "{} is still populated after 5 s of SIGKILL: left in place",
+                path.display()
+            );
+            return members;
+        }
+    }
+    let name = path.file_name().expect("checked in open_recorded_cgroup");
+    let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
+    members
+}
+
+/// One kill of a cgroup: its members listed, `cgroup.kill`, unconditionally (an empty listing
+/// proves nothing while a fork-and-exit chain runs), then SIGKILL to each member's thread group. `cgroup.kill`
+/// signals each leader's own task only, and a leader that called `pthread_exit` does not act
+/// on that while its other threads run; a signal to the tgid reaches them. Returns the members.
+fn kill_round(dir: &OwnedFd, path: &Path) -> Vec<ProcessInfo> {
+    // Listed first, so that what is killed can be named.
+    let members = cgroup_members(path);
     if let Ok(fd) = rustix::fs::openat(
-        &dir,
+        dir,
         "cgroup.kill",
         OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     ) {
         let _ = rustix::io::write(&fd, b"1");
     }
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while read_control(&dir, "cgroup.events").is_some_and(|e| e.contains("populated 1"))
-        && Instant::now() < deadline
-    {
-        reap_orphans(&|_| false);
-        std::thread::sleep(Duration::from_millis(2));
+    for member in &members {
+        let _ = member.id.signal(rustix::process::Signal::KILL);
     }
-    let name = path.file_name().expect("checked in open_recorded_cgroup");
-    let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
     members
+}
+
+/// Whether `cgroup.events` of the open cgroup `dir` says `populated 1` (a cgroup whose events
+/// cannot be read is taken as populated: nothing is proven empty by an error).
+fn is_populated(dir: &OwnedFd) -> bool {
+    read_control(dir, "cgroup.events").is_none_or(|e| !e.lines().any(|l| l == "populated 0"))
+}
+
+/// Waits up to `limit` for `populated 0`, woken by the kernel's notification on
+/// `cgroup.events` (POLLPRI) rather than by polling in a loop; returns whether it came.
+fn wait_unpopulated(dir: &OwnedFd, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let Ok(events) = rustix::fs::openat(
+        dir,
+        "cgroup.events",
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    loop {
+        let mut buf = [0u8; 256];
+        let n = rustix::io::pread(&events, &mut buf, 0).unwrap_or(0);
+        let text = String::from_utf8_lossy(&buf[..n]);
+        if n > 0 && text.lines().any(|l| l == "populated 0") {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut fds = [rustix::event::PollFd::new(
+            &events,
+            rustix::event::PollFlags::PRI,
+        )];
+        let timeout = rustix::event::Timespec::try_from(left).ok();
+        let _ = rustix::event::poll(&mut fds, timeout.as_ref());
+    }
 }
 
 #[cfg(test)]

@@ -8,18 +8,26 @@
 //!    `setsid` and double-forked daemons re-parent to it; membership is "every descendant of the
 //!    runner", and termination loops until that set is empty (Bazel's process-wrapper).
 //!
+//! 2. The floor is on for the cgroup rung too: a process that left the leaf (root can write
+//!    itself into another cgroup) is still a descendant of the runner, so still a member.
+//!
 //! A PID namespace is deliberately not the default: it changes what `ps`, pid files and
 //! `kill -0` show the suite, and needs a user namespace when unprivileged, which changes the uid
-//! the suite sees. The floor is complete for everything that does not re-parent outside the
-//! runner's tree, and gc finds what a SIGKILLed runner left by `CLEANROOM_RUN_ID`.
+//! the suite sees. The run's [`Watchdog`] kills it if the runner dies; gc finds what is left
+//! after that by `CLEANROOM_RUN_ID`.
 //!
-//! Invariants: processes are named by pid + start time and signalled through pidfds; the subreaper
-//! flag is set before the first spawn; termination is TERM → grace → KILL-until-empty, and the
-//! KILL phase loops (or uses `cgroup.kill`) so a process forking while being killed still dies.
+//! Invariants: processes are named by pid + start time and signalled through pidfds; liveness is
+//! [`process::is_alive`] (a `Z` leader with live threads is alive); the subreaper flag is set
+//! before the first spawn; termination is TERM → grace → KILL-until-provably-empty: every KILL
+//! round writes `cgroup.kill` and kills the command's group and every member, and only
+//! `populated 0` plus `waitpid` finding no child (see [`Scope`]) ends it — an empty listing
+//! never does; a loop that hits its bound names the survivors on stderr.
 
 #[cfg(target_os = "linux")]
 #[path = "linux.rs"]
 mod os;
+#[cfg(target_os = "linux")]
+mod watchdog;
 
 use std::path::Path;
 use std::process::Command;
@@ -36,6 +44,7 @@ pub use os::{
     cgroup2_mount, cgroup_root, kill_cgroup_path, reap_orphans, recorded_cgroup_members,
     reset_signals_on_exec, set_subreaper,
 };
+pub use watchdog::Watchdog;
 
 /// What the caller asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,37 +79,114 @@ impl std::fmt::Display for Mechanism {
 /// How long the KILL phase keeps looping before it reports survivors.
 const KILL_LOOP_LIMIT: Duration = Duration::from_secs(10);
 
+/// What reaping learnt about the runner's children.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Children {
+    /// The caller cannot tell (another owner, such as tokio, reaps some children): the member
+    /// listing decides alone.
+    Unknown,
+    /// No child is left but the ones the container keeps (its watchdog). As the runner is a
+    /// subreaper, no descendant of it is left either.
+    None,
+    /// Children are still alive or exiting.
+    Some,
+}
+
+/// A set of processes to terminate, as the kill loops see it.
+///
+/// An empty member listing alone is never proof: a fork-and-exit chain has a process in flight
+/// (forked, or exiting before its children re-parent) that no listing sees. The proofs are
+/// `cgroup.events` saying `populated 0` and `waitpid` finding no child at all.
+pub trait Scope {
+    /// The living members now.
+    fn members(&mut self) -> Vec<ProcessInfo>;
+    /// Reaps exited children and says what is left.
+    fn reap(&mut self) -> Children;
+    /// Whether the kernel says the set is empty (`cgroup.events`), when it can tell.
+    fn kernel_says_empty(&mut self) -> Option<bool> {
+        None
+    }
+    /// SIGKILL to the whole set at once where the kernel offers it (`cgroup.kill`, the
+    /// command's process group); done every round of the KILL phase, unconditionally.
+    fn kill_whole(&mut self) {}
+}
+
+/// A [`Scope`] made of a member listing and a reaper that cannot tell what is left.
+pub struct Listed<'a> {
+    /// The living members now.
+    pub members: &'a mut dyn FnMut() -> Vec<ProcessInfo>,
+    /// Reaps exited children.
+    pub reap: &'a mut dyn FnMut(),
+}
+
+impl Scope for Listed<'_> {
+    fn members(&mut self) -> Vec<ProcessInfo> {
+        (self.members)()
+    }
+
+    fn reap(&mut self) -> Children {
+        (self.reap)();
+        Children::Unknown
+    }
+}
+
 /// One run's containment.
 #[derive(Debug)]
 pub struct Container {
     mechanism: Mechanism,
     cgroup: Option<os::Cgroup>,
     fallback: Option<String>,
+    watchdog: Option<Watchdog>,
+    /// The command's process group, once started.
+    group: Option<i32>,
 }
 
 impl Container {
     /// Sets up containment for run `run_id`: subreaper always, plus a cgroup when possible.
     pub fn new(run_id: &str, mode: ContainMode) -> Result<Container> {
         set_subreaper()?;
-        if mode == ContainMode::Session {
-            return Ok(Container {
-                mechanism: Mechanism::Session,
-                cgroup: None,
-                fallback: Some("session containment was requested".into()),
-            });
+        let (mechanism, cgroup, fallback) = match mode {
+            ContainMode::Session => (
+                Mechanism::Session,
+                None,
+                Some("session containment was requested".into()),
+            ),
+            _ => match os::Cgroup::create(run_id) {
+                Ok(cgroup) => (Mechanism::Cgroup, Some(cgroup), None),
+                Err(e) if mode == ContainMode::Cgroup => return Err(e),
+                Err(e) => (Mechanism::Session, None, Some(format!("no cgroup: {e}"))),
+            },
+        };
+        Ok(Container {
+            mechanism,
+            cgroup,
+            fallback,
+            watchdog: None,
+            group: None,
+        })
+    }
+
+    /// Starts the watchdog that kills the run if the runner dies (see [`Watchdog`]); call it
+    /// before the command is spawned. A watchdog that cannot start is logged, not fatal: the
+    /// report says whether one runs.
+    pub fn arm_watchdog(&mut self, run_id: &str) {
+        let cgroup = self.cgroup.as_ref().map(|c| (c.dir(), c.path()));
+        match Watchdog::start(run_id, cgroup) {
+            Ok(watchdog) => self.watchdog = Some(watchdog),
+            Err(e) => tracing::warn!("no watchdog: {e}"),
         }
-        match os::Cgroup::create(run_id) {
-            Ok(cgroup) => Ok(Container {
-                mechanism: Mechanism::Cgroup,
-                cgroup: Some(cgroup),
-                fallback: None,
-            }),
-            Err(e) if mode == ContainMode::Cgroup => Err(e),
-            Err(e) => Ok(Container {
-                mechanism: Mechanism::Session,
-                cgroup: None,
-                fallback: Some(format!("no cgroup: {e}")),
-            }),
+    }
+
+    /// Whether a watchdog guards the run against the runner's death.
+    pub fn has_watchdog(&self) -> bool {
+        self.watchdog.is_some()
+    }
+
+    /// The command started as `main`, the leader of its own process group.
+    pub fn started(&mut self, main: i32) {
+        self.group = Some(main);
+        if let Some(watchdog) = &self.watchdog {
+            watchdog.guard_group(main);
         }
     }
 
@@ -126,15 +212,22 @@ impl Container {
         }
     }
 
-    /// Every living process of the run except the runner itself.
+    /// Every living process of the run except the runner itself (and its watchdog): the
+    /// cgroup's members, and on every rung the runner's descendants, so that a process that
+    /// left the cgroup (as root it can write itself into another one) is still found.
     pub fn members(&self) -> Vec<ProcessInfo> {
-        match &self.cgroup {
-            Some(cgroup) => cgroup.members(),
-            None => process::descendants(std::process::id() as i32)
-                .into_iter()
-                .map(process::describe)
-                .collect(),
+        let mut members = self
+            .cgroup
+            .as_ref()
+            .map(|c| c.members())
+            .unwrap_or_default();
+        let watchdog = self.watchdog.as_ref().map(Watchdog::pid);
+        for id in process::descendants(std::process::id() as i32) {
+            if Some(id.pid) != watchdog && !members.iter().any(|m| m.id == id) {
+                members.push(process::describe(id));
+            }
         }
+        members
     }
 
     /// Sends `signal` to every member; returns the members signalled.
@@ -151,36 +244,71 @@ impl Container {
     /// `reap` is called while waiting so that exited children of the runner do not linger as
     /// zombies. Returns the processes that had to be killed with SIGKILL.
     pub fn terminate(&self, grace: Duration, reap: &mut dyn FnMut()) -> Vec<ProcessInfo> {
-        terminate_set(&mut || self.members(), grace, reap, &mut || {
-            self.kill_cgroup()
-        })
+        terminate_set(
+            &mut Contained {
+                container: self,
+                reap: &mut || {
+                    reap();
+                    Children::Unknown
+                },
+            },
+            grace,
+        )
     }
 
-    /// One atomic kill of the whole run where the kernel offers it (`cgroup.kill`); returns
-    /// whether it was done.
-    pub fn kill_cgroup(&self) -> bool {
-        match &self.cgroup {
-            Some(cgroup) => cgroup.kill().is_ok(),
-            None => false,
+    /// Whether `children`, the direct children of the runner left after reaping, are only the
+    /// ones the container keeps.
+    pub fn only_kept(&self, children: &[i32]) -> bool {
+        let watchdog = self.watchdog.as_ref().map(Watchdog::pid);
+        children.iter().all(|&c| Some(c) == watchdog)
+    }
+}
+
+/// A [`Container`] as a [`Scope`], with the caller's reaper.
+pub struct Contained<'a> {
+    /// The run's containment.
+    pub container: &'a Container,
+    /// Reaps the runner's exited children and says what is left.
+    pub reap: &'a mut dyn FnMut() -> Children,
+}
+
+impl Scope for Contained<'_> {
+    fn members(&mut self) -> Vec<ProcessInfo> {
+        self.container.members()
+    }
+
+    fn reap(&mut self) -> Children {
+        (self.reap)()
+    }
+
+    fn kernel_says_empty(&mut self) -> Option<bool> {
+        let cgroup = self.container.cgroup.as_ref()?;
+        Some(!cgroup.populated())
+    }
+
+    fn kill_whole(&mut self) {
+        if let Some(cgroup) = &self.container.cgroup {
+            cgroup.kill();
+        }
+        if let Some(group) = self
+            .container
+            .group
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process_group(group, Signal::KILL);
         }
     }
 }
 
-/// Terminates the set of processes `members` describes: TERM, wait up to `grace`, then KILL in a
-/// loop until the set is empty. `atomic_kill` may kill the whole set at once (cgroup.kill) and
-/// returns whether it did. Returns what needed SIGKILL.
-pub fn terminate_set(
-    members: &mut dyn FnMut() -> Vec<ProcessInfo>,
-    grace: Duration,
-    reap: &mut dyn FnMut(),
-    atomic_kill: &mut dyn FnMut() -> bool,
-) -> Vec<ProcessInfo> {
+/// Terminates the set of processes `scope` describes: TERM, wait up to `grace`, then KILL in a
+/// loop until the set is provably empty. Returns what needed SIGKILL.
+pub fn terminate_set(scope: &mut dyn Scope, grace: Duration) -> Vec<ProcessInfo> {
     let mut termed: Vec<ProcessInfo> = Vec::new();
     let deadline = Instant::now() + grace;
     loop {
-        reap();
-        let current = members();
-        if current.is_empty() && all_exited(&termed) {
+        let children = scope.reap();
+        let current = scope.members();
+        if current.is_empty() && settled(scope, children, &termed) {
             return Vec::new();
         }
         for member in current {
@@ -194,41 +322,30 @@ pub fn terminate_set(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    kill_known_then_until_empty(&termed, members, reap, atomic_kill)
+    kill_until_empty(scope, &termed)
 }
 
-/// Whether every process in `signalled` has exited (is gone or a zombie).
-///
-/// An empty listing is only trusted once this holds: a process that is still exiting has not yet
-/// handed its children to the subreaper, so a walk made meanwhile sees them under neither parent.
-fn all_exited(signalled: &[ProcessInfo]) -> bool {
-    signalled
-        .iter()
-        .all(|p| process::info(p.id.pid).map(|now| now.id) != Some(p.id))
+/// Whether an empty listing may be trusted: every process in `signalled` has exited (a process
+/// still exiting has not yet handed its children to the subreaper, so a walk made meanwhile sees
+/// them under neither parent), the runner has no child left, and the kernel does not say
+/// otherwise (`cgroup.events`).
+fn settled(scope: &mut dyn Scope, children: Children, signalled: &[ProcessInfo]) -> bool {
+    children != Children::Some
+        && scope.kernel_says_empty() != Some(false)
+        && signalled
+            .iter()
+            .all(|p| process::info(p.id.pid).map(|now| now.id) != Some(p.id))
 }
 
-/// SIGKILL to every member, repeatedly, until the set is empty (or [`KILL_LOOP_LIMIT`]).
-pub fn kill_until_empty(
-    members: &mut dyn FnMut() -> Vec<ProcessInfo>,
-    reap: &mut dyn FnMut(),
-    atomic_kill: &mut dyn FnMut() -> bool,
-) -> Vec<ProcessInfo> {
-    kill_known_then_until_empty(&[], members, reap, atomic_kill)
-}
-
-/// SIGKILLs the processes already `known` at once, then every member, repeatedly, until the set
-/// is empty (or [`KILL_LOOP_LIMIT`]). Returns the processes that were alive to receive SIGKILL.
+/// SIGKILLs the processes already `known` at once, then the whole set and every member,
+/// repeatedly, until the set is provably empty (see [`settled`]) or [`KILL_LOOP_LIMIT`], when
+/// the survivors are reported loudly. Returns the processes that were alive to receive SIGKILL.
 ///
 /// Listing the members first would give a fork loop time to multiply: on the session rung the
 /// listing reads `/proc/<pid>/task/*/children`, which the kernel builds in time quadratic in
 /// the number of children, so one listing of a process forking in a loop can take seconds,
 /// during which it forks thousands more. Killing what is known first cuts the source.
-pub fn kill_known_then_until_empty(
-    known: &[ProcessInfo],
-    members: &mut dyn FnMut() -> Vec<ProcessInfo>,
-    reap: &mut dyn FnMut(),
-    atomic_kill: &mut dyn FnMut() -> bool,
-) -> Vec<ProcessInfo> {
+pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Vec<ProcessInfo> {
     let started = Instant::now();
     let mut signalled: Vec<ProcessInfo> = known.to_vec();
     let mut killed: Vec<ProcessInfo> = known
@@ -238,16 +355,14 @@ pub fn kill_known_then_until_empty(
         .collect();
     let mut round = 0u32;
     loop {
-        reap();
-        let current = members();
-        if current.is_empty() {
-            if all_exited(&signalled) {
-                return killed;
-            }
-        } else if !atomic_kill() {
-            for member in &current {
-                let _ = member.id.signal(Signal::KILL);
-            }
+        scope.kill_whole();
+        let children = scope.reap();
+        let current = scope.members();
+        for member in &current {
+            let _ = member.id.signal(Signal::KILL);
+        }
+        if current.is_empty() && settled(scope, children, &signalled) {
+            return killed;
         }
         for member in current {
             if !killed.iter().any(|k| k.id == member.id) {
@@ -258,12 +373,37 @@ pub fn kill_known_then_until_empty(
             }
         }
         if started.elapsed() > KILL_LOOP_LIMIT {
-            tracing::warn!("processes survived {KILL_LOOP_LIMIT:?} of SIGKILL");
+            report_survivors(scope, children);
             return killed;
         }
         round += 1;
         std::thread::sleep(Duration::from_micros(200 * u64::from(round.min(25))));
     }
+}
+
+/// Says, as loudly as the runner can, that the KILL loop gave up with processes left.
+fn report_survivors(scope: &mut dyn Scope, children: Children) {
+    let survivors = scope.members();
+    let listed: Vec<String> = survivors
+        .iter()
+        .map(|p| format!("pid {} ({})", p.id.pid, p.command))
+        .collect();
+    tracing::error!(
+        "processes survived {KILL_LOOP_LIMIT:?} of SIGKILL: [{}]{}{}",
+        listed.join(", "),
+        match children {
+            Children::Some => "; the runner still has children",
+            _ => "",
+        },
+        match scope.kernel_says_empty() {
+            Some(false) => "; the cgroup is still populated",
+            _ => "",
+        }
+    );
+    eprintln!(
+        "cleanroom: error: processes of the run survived {KILL_LOOP_LIMIT:?} of SIGKILL: [{}]",
+        listed.join(", ")
+    );
 }
 
 /// Kills what a dead runner left behind: processes of `uid` carrying `CLEANROOM_RUN_ID=run_id`,
@@ -274,15 +414,22 @@ pub fn kill_orphans(run_id: &str, uid: u32, cgroup: Option<&str>) -> Vec<Process
         found.extend(kill_cgroup_path(Path::new(path), run_id));
     }
     let mut members = || process::with_env_entry(crate::env::RUN_ID_VAR, run_id, uid);
-    let killed = kill_until_empty(&mut members, &mut || reap_orphans(&|_| false), &mut || {
-        false
-    });
-    found.extend(killed);
+    let mut reap = || reap_orphans(&|_| false);
+    found.extend(kill_until_empty(
+        &mut Listed {
+            members: &mut members,
+            reap: &mut reap,
+        },
+        &[],
+    ));
     found
 }
 
 impl Drop for Container {
     fn drop(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.disarm();
+        }
         if let Some(cgroup) = self.cgroup.take() {
             cgroup.remove();
         }

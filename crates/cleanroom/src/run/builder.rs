@@ -45,6 +45,7 @@ impl Default for RunConfig {
             namespace: Namespace::default_path(),
             command: Vec::new(),
             timeout: None,
+            timeout_signal: rustix::process::Signal::TERM,
             grace: DEFAULT_GRACE,
             leak_grace: DEFAULT_LEAK_GRACE,
             on_leak: LeakPolicy::Warn,
@@ -104,6 +105,13 @@ impl RunBuilder {
     /// Ends the run with TERM, the grace period, then KILL after this long (`None`: no limit).
     pub fn timeout(mut self, limit: Option<Duration>) -> Self {
         self.config.timeout = limit;
+        self
+    }
+
+    /// The first signal sent to every process of the run when the timeout fires (default TERM;
+    /// KILL follows after the grace period).
+    pub fn timeout_signal(mut self, signal: rustix::process::Signal) -> Self {
+        self.config.timeout_signal = signal;
         self
     }
 

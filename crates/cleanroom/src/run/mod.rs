@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::process::{Signal, WaitOptions};
 
-use crate::contain::{ContainMode, Container};
+use crate::contain::{Children, ContainMode, Contained, Container, Scope};
 use crate::env::{self, EnvOptions};
 use crate::lock::{self, LockOwner, LockRequest};
 use crate::namespace::Namespace;
@@ -44,14 +44,44 @@ use signals::{Received, RunnerSignals};
 
 /// Exit status when leaks were found and `--on-leak fail` was given (and the command succeeded).
 pub const EXIT_LEAKED: u8 = 123;
-/// Exit status when `--timeout` fired.
+/// Exit status when `--timeout` fired and the command went on `--signal` (or by itself).
 pub const EXIT_TIMEOUT: u8 = 124;
+/// Exit status when `--timeout` fired and the command had to be SIGKILLed (as `timeout -k`).
+pub const EXIT_TIMEOUT_KILLED: u8 = 128 + 9;
 /// Exit status for cleanroom's own failures.
 pub const EXIT_OWN_FAILURE: u8 = 125;
 /// Exit status when the command exists but cannot be executed.
 pub const EXIT_NOT_EXECUTABLE: u8 = 126;
 /// Exit status when the command is not found.
 pub const EXIT_NOT_FOUND: u8 = 127;
+
+/// Reads a signal as kill(1) and timeout(1) take it: `TERM`, `SIGTERM`, `term` or `15`.
+pub fn parse_signal(text: &str) -> std::result::Result<Signal, String> {
+    const NAMES: [(&str, libc::c_int); 14] = [
+        ("HUP", libc::SIGHUP),
+        ("INT", libc::SIGINT),
+        ("QUIT", libc::SIGQUIT),
+        ("ABRT", libc::SIGABRT),
+        ("KILL", libc::SIGKILL),
+        ("USR1", libc::SIGUSR1),
+        ("USR2", libc::SIGUSR2),
+        ("PIPE", libc::SIGPIPE),
+        ("ALRM", libc::SIGALRM),
+        ("TERM", libc::SIGTERM),
+        ("CONT", libc::SIGCONT),
+        ("STOP", libc::SIGSTOP),
+        ("TSTP", libc::SIGTSTP),
+        ("XCPU", libc::SIGXCPU),
+    ];
+    let upper = text.trim().to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let raw = match name.parse::<libc::c_int>() {
+        Ok(n) => Some(n),
+        Err(_) => NAMES.iter().find(|(n, _)| *n == name).map(|&(_, v)| v),
+    };
+    raw.and_then(Signal::from_named_raw)
+        .ok_or_else(|| format!("unknown signal {text:?} (a name such as TERM or INT, or a number)"))
+}
 
 /// What to do when processes outlive the command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +116,8 @@ pub struct RunConfig {
     pub command: Vec<OsString>,
     /// `--timeout`.
     pub timeout: Option<Duration>,
+    /// `--signal`: the first signal sent when the timeout fires.
+    pub timeout_signal: Signal,
     /// `--grace`: between TERM and KILL on timeout or interrupt.
     pub grace: Duration,
     /// Between TERM and KILL for leaked processes.
@@ -165,7 +197,8 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         None => lock::HeldLocks::default(),
     };
     let signals = RunnerSignals::block()?;
-    let container = Container::new(&run_id, config.contain)?;
+    let mut container = Container::new(&run_id, config.contain)?;
+    container.arm_watchdog(&run_id);
     tracing::info!(
         "containment: {}{}",
         container.mechanism(),
@@ -236,6 +269,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         Ok(child) => {
             let main = child.id() as i32;
             drop(child);
+            container.started(main);
             supervise(config, &container, &signals, main, &mut outcome);
         }
         Err(e) => {
@@ -260,6 +294,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         mechanism: container.mechanism(),
         fallback_reason: container.fallback_reason().map(str::to_owned),
         cgroup: container.cgroup_path().map(PathBuf::from),
+        watchdog: container.has_watchdog(),
     };
     drop(container);
     let root_path = root.path().to_path_buf();
@@ -337,6 +372,8 @@ struct Outcome {
     leaks: Vec<Leak>,
     killed: Vec<ProcessInfo>,
     spawn_failure: Option<u8>,
+    /// The run was SIGKILLed after its grace.
+    escalated: bool,
 }
 
 impl Outcome {
@@ -349,6 +386,9 @@ impl Outcome {
         };
         let mut status = match (self.spawn_failure, ending, code, signal) {
             (Some(s), ..) => s,
+            (None, Ending::TimedOut, _, Some(libc::SIGKILL)) if self.escalated => {
+                EXIT_TIMEOUT_KILLED
+            }
             (None, Ending::TimedOut, ..) => EXIT_TIMEOUT,
             (None, Ending::Interrupted, Some(0), _) => {
                 128 + self.interrupt_signal.unwrap_or(libc::SIGINT) as u8
@@ -366,12 +406,18 @@ impl Outcome {
             signal,
             ending,
             interrupt_signal: self.interrupt_signal,
+            timeout_signal: (ending == Ending::TimedOut).then(|| config.timeout_signal.as_raw()),
         }
     }
 }
 
-/// Reaps every exited child; records the main process's raw wait status.
-fn reap_children(main: i32, main_status: &mut Option<i32>) {
+/// Reaps every exited child; records the main process's raw wait status; says whether a child
+/// other than the ones `container` keeps (its watchdog) is left.
+///
+/// `waitpid` is the truth here, not a listing: when it says no child is left (ECHILD, or only
+/// kept ones remain after every waitable one was reaped), no descendant is left either, because
+/// every orphan re-parents to the runner (a subreaper) before its parent becomes a zombie.
+fn reap_children(container: &Container, main: i32, main_status: &mut Option<i32>) -> Children {
     loop {
         match rustix::process::wait(WaitOptions::NOHANG) {
             Ok(Some((pid, status))) => {
@@ -379,7 +425,15 @@ fn reap_children(main: i32, main_status: &mut Option<i32>) {
                     *main_status = Some(status.as_raw());
                 }
             }
-            _ => return,
+            Ok(None) => {
+                let me = std::process::id() as i32;
+                return if container.only_kept(&crate::process::children(me)) {
+                    Children::None
+                } else {
+                    Children::Some
+                };
+            }
+            Err(_) => return Children::None,
         }
     }
 }
@@ -398,23 +452,26 @@ fn supervise(
     // The members signalled when the run was asked to stop: the first to be KILLed.
     let mut known: Vec<ProcessInfo> = Vec::new();
     loop {
-        reap_children(main, &mut main_status);
+        reap_children(container, main, &mut main_status);
         if main_status.is_some() {
             break;
         }
         let now = Instant::now();
         if let (Some(d), Stage::Running) = (deadline, stage) {
             if now >= d {
-                tracing::info!("timeout: sending TERM to every process of the run");
+                tracing::info!(
+                    "timeout: sending signal {} to every process of the run",
+                    config.timeout_signal.as_raw()
+                );
                 outcome.ending = Some(Ending::TimedOut);
-                known = container.signal_all(Signal::TERM);
+                known = container.signal_all(config.timeout_signal);
                 stage = Stage::Signalled(now + config.grace);
             }
         }
         if let Stage::Signalled(kill_at) = stage {
             if now >= kill_at {
                 tracing::info!("grace period over: killing every process of the run");
-                kill_all(container, &known, main, &mut main_status);
+                kill_all(container, &known, main, &mut main_status, outcome);
                 stage = Stage::Killed;
                 continue;
             }
@@ -440,7 +497,7 @@ fn supervise(
                 }
                 Stage::Signalled(_) => {
                     tracing::info!("second signal: killing every process of the run");
-                    kill_all(container, &known, main, &mut main_status);
+                    kill_all(container, &known, main, &mut main_status, outcome);
                     stage = Stage::Killed;
                 }
                 Stage::Killed => {}
@@ -448,37 +505,66 @@ fn supervise(
         }
     }
     outcome.main_status = main_status;
-    let exited_at = Instant::now();
-    let leaked = container.members();
-    if !leaked.is_empty() {
-        outcome.leaks = leaked
-            .into_iter()
-            .map(|process| Leak {
-                process,
-                found_after_ms: exited_at.elapsed().as_millis() as u64,
-            })
-            .collect();
-        let mut ignore = None;
-        outcome.killed =
-            container.terminate(config.leak_grace, &mut || reap_children(main, &mut ignore));
-    }
-    // Reap whatever is left (killed leaks re-parented to us).
-    let mut ignore = None;
-    reap_children(main, &mut ignore);
+    terminate_leaks(config, container, main, outcome);
 }
 
+/// Whatever of the run is alive once the main process is reaped is a leak: named, TERMed, given
+/// `--leak-grace`, KILLed. An empty listing is not enough to skip this: the runner may still
+/// have children in flight (a fork-and-exit chain) or the cgroup may still be populated.
+fn terminate_leaks(config: &RunConfig, container: &Container, main: i32, outcome: &mut Outcome) {
+    let exited_at = Instant::now();
+    let mut ignore = None;
+    let leaked = container.members();
+    let mut reap = || reap_children(container, main, &mut ignore);
+    let mut scope = Contained {
+        container,
+        reap: &mut reap,
+    };
+    let in_flight = scope.reap() == Children::Some || scope.kernel_says_empty() == Some(false);
+    if leaked.is_empty() && !in_flight {
+        return;
+    }
+    let killed = crate::contain::terminate_set(&mut scope, config.leak_grace);
+    let found_after_ms = exited_at.elapsed().as_millis() as u64;
+    let mut leaks: Vec<ProcessInfo> = leaked;
+    for process in &killed {
+        if !leaks.iter().any(|l| l.id == process.id) {
+            leaks.push(process.clone());
+        }
+    }
+    outcome.leaks.extend(leaks.into_iter().map(|process| Leak {
+        process,
+        found_after_ms,
+    }));
+    merge_killed(&mut outcome.killed, killed);
+}
+
+/// Adds `more` to the list of killed processes, once each.
+fn merge_killed(killed: &mut Vec<ProcessInfo>, more: Vec<ProcessInfo>) {
+    for process in more {
+        if !killed.iter().any(|k| k.id == process.id) {
+            killed.push(process);
+        }
+    }
+}
+
+/// The KILL phase of a timeout or interrupt: `known` first, then everything until the run is
+/// provably empty; what needed SIGKILL goes to the report.
 fn kill_all(
     container: &Container,
     known: &[ProcessInfo],
     main: i32,
     main_status: &mut Option<i32>,
+    outcome: &mut Outcome,
 ) {
-    let mut members = || container.members();
-    let cgroup = container.cgroup_path().is_some();
-    crate::contain::kill_known_then_until_empty(
+    outcome.escalated = true;
+    let mut reap = || reap_children(container, main, main_status);
+    let killed = crate::contain::kill_until_empty(
+        &mut Contained {
+            container,
+            reap: &mut reap,
+        },
         known,
-        &mut members,
-        &mut || reap_children(main, main_status),
-        &mut || cgroup && container.kill_cgroup(),
     );
+    merge_killed(&mut outcome.killed, killed);
 }

@@ -1,0 +1,121 @@
+//! The death of the runner takes its run along, without gc: after a SIGKILL to `cleanroom run`
+//! alone, every process of the run — the command, a `setsid` daemon, a background job that
+//! ignores TERM, a process whose leader called `pthread_exit` — is dead within 2 s, on the cgroup
+//! rung, the session rung as root and the session rung unprivileged. The watchdog that does it
+//! is named in the report, and it exits too. Processes are found by pid and marker in /proc.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::Sandbox;
+
+/// Everything the run starts; the command's main process is the last, `sleep`-like payload.
+const SCRIPT: &str = r#"setsid perl "$CRT_DIR/sleeper.pl" daemon "$CRT_MARK" </dev/null >/dev/null 2>&1 &
+escapee holder hold </dev/null >/dev/null 2>&1 &
+"$CRT_DIR/threadexit" threadexit "$CRT_MARK" &
+ready daemon holder threadexit
+exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
+
+/// The payloads of [`SCRIPT`].
+const NAMES: [&str; 4] = ["daemon", "holder", "threadexit", "main"];
+
+/// Direct children of `pid` titled `cleanroom watchdog <run id>`.
+fn watchdogs_of(pid: i32) -> Vec<i32> {
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    text.split_whitespace()
+        .filter_map(|c| c.parse::<i32>().ok())
+        .filter(|c| {
+            std::fs::read(format!("/proc/{c}/cmdline"))
+                .is_ok_and(|l| l.starts_with(b"cleanroom watchdog "))
+        })
+        .collect()
+}
+
+#[test]
+fn a_sigkilled_runner_takes_every_process_of_its_run_along_within_two_seconds() {
+    assert!(
+        common::is_root(),
+        "needs root (the cgroup rung, and setpriv to another uid); CI runs as root"
+    );
+    let rungs = [
+        (Sandbox::new("death"), "cgroup"),
+        (Sandbox::new("death"), "session"),
+        (Sandbox::as_user("death", common::NOBODY), "auto"),
+    ];
+    for (sandbox, contain) in rungs {
+        common::compile_c(sandbox.scratch(), "threadexit", common::THREAD_EXIT_C);
+        let (mut cmd, _) = sandbox.bash_command(&["--contain", contain], SCRIPT);
+        let mut runner = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        if let Err(e) = sandbox.wait_ready(&NAMES, &runner) {
+            sandbox.stop_runner(&mut runner);
+            panic!("{contain}: {e}");
+        }
+        let watchdogs = watchdogs_of(runner.id() as i32);
+        assert_eq!(watchdogs.len(), 1, "{contain}: one watchdog: {watchdogs:?}");
+        runner.kill().unwrap(); // SIGKILL to the runner alone
+        runner.wait().unwrap();
+        let pids: Vec<i32> = NAMES.iter().map(|n| sandbox.pid_of(n).unwrap()).collect();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let survivors = loop {
+            let alive: Vec<i32> = pids
+                .iter()
+                .copied()
+                .filter(|&p| common::is_alive_pid(p))
+                .collect();
+            let marked = common::processes_with(sandbox.marker());
+            if (alive.is_empty() && marked.is_empty()) || Instant::now() > deadline {
+                break (alive, marked);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            survivors,
+            (vec![], vec![]),
+            "{contain}: processes of the run outlived its runner by 2 s"
+        );
+        // The watchdog is done too (within its own bound), and gc reclaims the dead run's root.
+        let gone = Instant::now() + Duration::from_secs(10);
+        while common::is_alive_pid(watchdogs[0]) && Instant::now() < gone {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            !common::is_alive_pid(watchdogs[0]),
+            "{contain}: the watchdog did not exit"
+        );
+        // The watchdog removed the emptied cgroup; gc reclaims the dead run's root.
+        let entries = sandbox.namespace_entries();
+        let run_id = entries
+            .iter()
+            .find_map(|e| e.strip_prefix("run-"))
+            .unwrap_or_else(|| panic!("{contain}: no root left: {entries:?}"));
+        let cgroup = cleanroom::contain::cgroup_root()
+            .unwrap()
+            .join(format!("cleanroom-{run_id}"));
+        assert!(!cgroup.exists(), "{contain}: {} is left", cgroup.display());
+        let gc = sandbox.command(&["gc"]).output().unwrap();
+        assert!(gc.status.success(), "{contain}: {gc:?}");
+        sandbox.assert_namespace_empty();
+    }
+}
+
+#[test]
+fn the_report_says_a_watchdog_guarded_the_run() {
+    let sandbox = Sandbox::new("watchdog");
+    for contain in ["cgroup", "session"] {
+        let run = sandbox.run(&["--contain", contain], &["true"]);
+        run.assert_status(0);
+        assert_eq!(
+            run.report()["containment"]["watchdog"],
+            true,
+            "{contain}: {}",
+            run.report()
+        );
+    }
+}

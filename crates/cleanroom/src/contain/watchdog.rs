@@ -1,0 +1,479 @@
+//! The watchdog: a fork of the runner (no exec) that kills the run when the runner dies.
+//!
+//! It holds the read end of a pipe whose write end only the runner has (`O_CLOEXEC`, so the
+//! command never inherits it). The runner tells it the command's process group (`P` + pid) and,
+//! at the end of a run whose processes are all dead, `D`one. End of file without `D` means the
+//! runner died (SIGKILL, OOM killer): the watchdog then kills the run for a bounded time —
+//! `cgroup.kill` and a SIGKILL to every tgid of the leaf on the cgroup rung; the command's
+//! process group and every process of the same uid tagged `CLEANROOM_RUN_ID=<run id>` on both.
+//!
+//! Invariants: after the fork the child runs only async-signal-safe code (raw syscalls on
+//! buffers allocated before the fork; the runner may have other threads); it keeps no
+//! descriptor but the pipe and the cgroup directory (so never the root's liveness lock nor an
+//! exclusive lock: a dead runner's root is provably dead at once), starts its own session (a
+//! signal to the runner's process group or terminal does not reach it), and is never a member
+//! of the run (it is excluded from the runner's descendants and is outside the leaf).
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::{Error, Result};
+
+/// How long a watchdog keeps killing after the runner died.
+const KILL_FOR: Duration = Duration::from_secs(5);
+/// Message: the command's process group follows (4 bytes, native endian).
+const GROUP: u8 = b'P';
+/// Message: the run is over, exit without killing.
+const DONE: u8 = b'D';
+
+/// The runner's handle on its watchdog.
+#[derive(Debug)]
+pub struct Watchdog {
+    pid: i32,
+    pipe: OwnedFd,
+}
+
+/// What the watchdog works from, prepared before the fork.
+struct Plan {
+    pipe: RawFd,
+    cgroup: Option<RawFd>,
+    dev_null: RawFd,
+    /// `\0CLEANROOM_RUN_ID=<id>\0`: an exact entry of a NUL-separated environment.
+    needle: Vec<u8>,
+    uid: libc::uid_t,
+    /// `cleanroom watchdog <run id>`, written over the inherited argv so that `ps` names it
+    /// (and nothing takes it for the runner or the command), with the argv area it goes in.
+    title: Vec<u8>,
+    argv: Option<(usize, usize)>,
+    /// The leaf's parent and name, to remove the leaf once it is empty.
+    cgroup_parent: Option<(RawFd, std::ffi::CString)>,
+}
+
+impl Watchdog {
+    /// Forks the watchdog of run `run_id`, whose leaf (if any) is the open directory `cgroup`.
+    pub fn start(run_id: &str, cgroup: Option<(&OwnedFd, &std::path::Path)>) -> Result<Watchdog> {
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| Error::sys("create the watchdog's pipe", e))?;
+        let dev_null = rustix::fs::open(
+            "/dev/null",
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| Error::sys("open /dev/null for the watchdog", e))?;
+        let needle = format!("\0{}={run_id}\0", crate::env::RUN_ID_VAR).into_bytes();
+        let parent = match cgroup.and_then(|(_, path)| Some((path.parent()?, path.file_name()?))) {
+            Some((parent, name)) => Some((
+                rustix::fs::open(
+                    parent,
+                    rustix::fs::OFlags::PATH
+                        | rustix::fs::OFlags::DIRECTORY
+                        | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )
+                .map_err(|e| Error::io("open", parent, e))?,
+                std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name))
+                    .map_err(|_| Error::Invalid("a cgroup name with a NUL".into()))?,
+            )),
+            None => None,
+        };
+        let plan = Plan {
+            pipe: read.as_raw_fd(),
+            cgroup: cgroup.map(|(dir, _)| dir.as_raw_fd()),
+            title: format!("cleanroom watchdog {run_id}").into_bytes(),
+            argv: argv_area(),
+            cgroup_parent: parent
+                .as_ref()
+                .map(|(fd, name)| (fd.as_raw_fd(), name.clone())),
+            dev_null: dev_null.as_raw_fd(),
+            needle,
+            // SAFETY: getuid cannot fail.
+            uid: unsafe { libc::getuid() },
+        };
+        // SAFETY: the child runs `watch`, which makes only async-signal-safe calls on memory
+        // prepared here, and leaves by `_exit`.
+        match unsafe { libc::fork() } {
+            -1 => Err(Error::sys(
+                "fork the watchdog",
+                std::io::Error::last_os_error(),
+            )),
+            0 => {
+                drop(write);
+                // SAFETY: see above; never returns.
+                unsafe { watch(&plan) }
+            }
+            pid => Ok(Watchdog { pid, pipe: write }),
+        }
+    }
+
+    /// The watchdog's pid (it is a child of the runner, never a member of the run).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Tells the watchdog the command's process group.
+    pub fn guard_group(&self, group: i32) {
+        let mut message = [GROUP; 5];
+        message[1..].copy_from_slice(&group.to_ne_bytes());
+        let _ = rustix::io::write(&self.pipe, &message);
+    }
+
+    /// Tells the watchdog the run is over and reaps it (waiting at most a second).
+    pub fn disarm(self) {
+        let _ = rustix::io::write(&self.pipe, &[DONE]);
+        drop(self.pipe);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let pid = rustix::process::Pid::from_raw(self.pid);
+        while Instant::now() < deadline {
+            match rustix::process::waitpid(pid, rustix::process::WaitOptions::NOHANG) {
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                _ => return,
+            }
+        }
+        tracing::warn!("the watchdog (pid {}) did not exit", self.pid);
+    }
+}
+
+/// The watchdog's life: keep only what it needs, wait for the runner's word, kill if none came.
+///
+/// # Safety
+/// Only in the child of a fork: it exits the process.
+unsafe fn watch(plan: &Plan) -> ! {
+    libc::setsid();
+    set_title(plan);
+    for std_fd in 0..3 {
+        libc::dup2(plan.dev_null, std_fd);
+    }
+    let parent = plan.cgroup_parent.as_ref().map_or(-1, |(fd, _)| *fd);
+    close_all_but(&[plan.pipe, plan.cgroup.unwrap_or(-1), parent]);
+    let mut group: i32 = 0;
+    let mut buf = [0u8; 64];
+    let mut pending = 0usize;
+    loop {
+        let n = libc::read(
+            plan.pipe,
+            buf.as_mut_ptr().add(pending).cast(),
+            64 - pending,
+        );
+        if n < 0 && *libc::__errno_location() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        pending += n as usize;
+        while pending > 0 {
+            match buf[0] {
+                DONE => libc::_exit(0),
+                GROUP if pending >= 5 => {
+                    group = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+                    buf.copy_within(5..pending, 0);
+                    pending -= 5;
+                }
+                GROUP => break,
+                _ => {
+                    buf.copy_within(1..pending, 0);
+                    pending -= 1;
+                }
+            }
+        }
+    }
+    kill_run(plan, group);
+    if let (Some(dir), Some((parent, name))) = (plan.cgroup, &plan.cgroup_parent) {
+        if !populated(dir) {
+            libc::unlinkat(*parent, name.as_ptr(), libc::AT_REMOVEDIR);
+        }
+    }
+    libc::_exit(0)
+}
+
+/// Where the kernel keeps this process's argv (fields 48 and 49 of `/proc/self/stat`).
+fn argv_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // Index 0 is field 3 (state), so field N is at N - 3.
+    let start = fields.get(45)?.parse().ok()?;
+    let end: usize = fields.get(46)?.parse().ok()?;
+    (end > start).then_some((start, end))
+}
+
+/// Writes the title over the argv area (zero-filled after it) and names the thread.
+unsafe fn set_title(plan: &Plan) {
+    libc::prctl(libc::PR_SET_NAME, c"cr-watchdog".as_ptr());
+    let Some((start, end)) = plan.argv else {
+        return;
+    };
+    let area = std::slice::from_raw_parts_mut(start as *mut u8, end - start);
+    let n = plan.title.len().min(area.len() - 1);
+    area[..n].copy_from_slice(&plan.title[..n]);
+    area[n..].fill(0);
+}
+
+/// Closes every descriptor but 0–2 and `keep` (close_range on the gaps).
+unsafe fn close_all_but(keep: &[RawFd; 3]) {
+    let mut first: libc::c_uint = 3;
+    let mut sorted = *keep;
+    sorted.sort_unstable();
+    for fd in sorted {
+        if fd >= first as RawFd {
+            if fd > first as RawFd {
+                libc::syscall(libc::SYS_close_range, first, fd as libc::c_uint - 1, 0);
+            }
+            first = fd as libc::c_uint + 1;
+        }
+    }
+    libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0);
+}
+
+/// Kills the run for up to [`KILL_FOR`], until three rounds in a row found nothing.
+unsafe fn kill_run(plan: &Plan, group: i32) {
+    let started = now();
+    let mut quiet = 0;
+    while quiet < 3 && now() - started < KILL_FOR.as_millis() as i64 {
+        let mut found = false;
+        if let Some(dir) = plan.cgroup {
+            found |= kill_cgroup(dir);
+        }
+        // Not counted as finding anything: zombies keep a group alive for kill(2).
+        if group > 0 {
+            libc::kill(-group, libc::SIGKILL);
+        }
+        found |= kill_tagged(plan);
+        quiet = if found { 0 } else { quiet + 1 };
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 10_000_000,
+        };
+        libc::nanosleep(&pause, std::ptr::null_mut());
+    }
+}
+
+/// Monotonic milliseconds.
+unsafe fn now() -> i64 {
+    let mut ts: libc::timespec = std::mem::zeroed();
+    libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+}
+
+/// `cgroup.kill` on the leaf, then SIGKILL to every tgid `cgroup.procs` lists (a leader that
+/// called `pthread_exit` ignores the former). Returns whether the leaf had members.
+unsafe fn kill_cgroup(dir: RawFd) -> bool {
+    let kill = libc::openat(
+        dir,
+        c"cgroup.kill".as_ptr(),
+        libc::O_WRONLY | libc::O_CLOEXEC,
+    );
+    if kill >= 0 {
+        libc::write(kill, b"1".as_ptr().cast(), 1);
+        libc::close(kill);
+    }
+    let procs = libc::openat(
+        dir,
+        c"cgroup.procs".as_ptr(),
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    );
+    if procs < 0 {
+        return false;
+    }
+    let mut found = false;
+    let mut buf = [0u8; 4096];
+    let mut pid: i32 = 0;
+    loop {
+        let n = libc::read(procs, buf.as_mut_ptr().cast(), buf.len());
+        if n <= 0 {
+            break;
+        }
+        for &b in &buf[..n as usize] {
+            if b.is_ascii_digit() {
+                pid = pid.saturating_mul(10).saturating_add(i32::from(b - b'0'));
+            } else if pid > 0 {
+                libc::kill(pid, libc::SIGKILL);
+                found = true;
+                pid = 0;
+            }
+        }
+    }
+    libc::close(procs);
+    found
+}
+
+/// Whether `cgroup.events` of the leaf lacks `populated 0` (an unreadable one counts as
+/// populated).
+unsafe fn populated(dir: RawFd) -> bool {
+    let fd = libc::openat(
+        dir,
+        c"cgroup.events".as_ptr(),
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    );
+    if fd < 0 {
+        return true;
+    }
+    let mut buf = [0u8; 256];
+    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+    libc::close(fd);
+    let text = &buf[..n.max(0) as usize];
+    !text.windows(11).any(|w| w == b"populated 0")
+}
+
+/// SIGKILL to every process of the runner's uid whose environment (or, for a leader that called
+/// `pthread_exit`, a thread's) has the run's tag. Returns whether one was found.
+unsafe fn kill_tagged(plan: &Plan) -> bool {
+    let mut found = false;
+    for_each_number(c"/proc".as_ptr(), &mut |pid| {
+        let mut path = Path::new();
+        path.push(b"/proc/");
+        path.push_number(pid);
+        let mut st: libc::stat = std::mem::zeroed();
+        if pid as i32 == libc::getpid()
+            || libc::stat(path.as_ptr(), &mut st) != 0
+            || st.st_uid != plan.uid
+        {
+            return;
+        }
+        let mark = path.len;
+        path.push(b"/environ");
+        let mut tagged = environ_has(&path, &plan.needle);
+        if !tagged {
+            path.truncate(mark);
+            path.push(b"/task");
+            let task_dir = path;
+            for_each_number(task_dir.as_ptr(), &mut |tid| {
+                let mut task = task_dir;
+                task.push(b"/");
+                task.push_number(tid);
+                task.push(b"/environ");
+                tagged = tagged || environ_has(&task, &plan.needle);
+            });
+        }
+        if tagged {
+            libc::kill(pid as i32, libc::SIGKILL);
+            found = true;
+        }
+    });
+    found
+}
+
+/// Calls `each` with every numeric entry of the directory `dir` (getdents64, no allocation).
+unsafe fn for_each_number(dir: *const libc::c_char, each: &mut dyn FnMut(u64)) {
+    let fd = libc::open(dir, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return;
+    }
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len());
+        if n <= 0 {
+            break;
+        }
+        let mut at = 0usize;
+        while at + 19 < n as usize {
+            // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
+            let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+            if reclen == 0 {
+                break;
+            }
+            let mut number: u64 = 0;
+            let mut digits = 0;
+            for &b in buf[at + 19..at + reclen].iter().take_while(|&&b| b != 0) {
+                if !b.is_ascii_digit() {
+                    digits = 0;
+                    break;
+                }
+                number = number * 10 + u64::from(b - b'0');
+                digits += 1;
+            }
+            if digits > 0 {
+                each(number);
+            }
+            at += reclen;
+        }
+    }
+    libc::close(fd);
+}
+
+/// Whether the NUL-separated file at `path` has the exact entry `needle` (which is framed by
+/// NULs): read in chunks, the stream framed by a NUL on each side.
+unsafe fn environ_has(path: &Path, needle: &[u8]) -> bool {
+    let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return false;
+    }
+    let mut buf = [0u8; 16384];
+    let keep = needle.len().min(buf.len() / 2) - 1;
+    buf[0] = 0;
+    let mut filled = 1usize;
+    let mut found = false;
+    loop {
+        let n = libc::read(
+            fd,
+            buf.as_mut_ptr().add(filled).cast(),
+            buf.len() - filled - 1,
+        );
+        let end = if n <= 0 {
+            buf[filled] = 0;
+            filled + 1
+        } else {
+            filled + n as usize
+        };
+        if buf[..end].windows(needle.len()).any(|w| w == needle) {
+            found = true;
+            break;
+        }
+        if n <= 0 || end < keep {
+            break;
+        }
+        buf.copy_within(end - keep..end, 0);
+        filled = keep;
+    }
+    libc::close(fd);
+    found
+}
+
+/// A NUL-terminated path built on the stack.
+#[derive(Clone, Copy)]
+struct Path {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl Path {
+    fn new() -> Path {
+        Path {
+            bytes: [0; 64],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, part: &[u8]) {
+        for &b in part {
+            if self.len < self.bytes.len() - 1 {
+                self.bytes[self.len] = b;
+                self.len += 1;
+                self.bytes[self.len] = 0;
+            }
+        }
+    }
+
+    fn push_number(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = len.min(self.len);
+        self.bytes[self.len] = 0;
+    }
+
+    /// The path, NUL-terminated (every change writes the NUL after `len`).
+    fn as_ptr(&self) -> *const libc::c_char {
+        self.bytes.as_ptr().cast()
+    }
+}
