@@ -69,7 +69,9 @@ impl Connection {
                     self.respond(&id, result).await;
                     return;
                 }
-                if !METHODS.contains(&method.as_str()) {
+                if !METHODS.contains(&method.as_str())
+                    && !crate::fs::METHODS.contains(&method.as_str())
+                {
                     let error = RpcError::new(
                         protocol::METHOD_NOT_FOUND,
                         format!("Unsupported cleanroom exec-server method: {method}"),
@@ -190,6 +192,9 @@ impl Connection {
             "environment/status" => Ok(json!({"status": "ready"})),
             "process/start" => return self.start(&session, &id, &params).await,
             "process/read" => read(&session, &params).await,
+            m if m.starts_with("fs/") => {
+                crate::fs::call(m, &params, shared.env.policy_base(), session.fs()).await
+            }
             "process/write" => write(&session, &params).await,
             "process/signal" => signal(&session, &params),
             "process/terminate" => match Params::new(&params).and_then(|p| p.string("processId")) {
@@ -218,6 +223,7 @@ impl Connection {
             base: shared.env.base(),
             allow_secret_env: shared.allow_secret_env,
             run_id: shared.env.run_id(),
+            policy: shared.env.policy_base(),
         };
         let started = start::validate(params, &context).and_then(|spec| {
             session
@@ -227,7 +233,7 @@ impl Connection {
         match started {
             Err(e) => self.respond(id, Err(e)).await,
             Ok((spec, process, started)) => {
-                let result = json!({"processId": spec.process_id, "sandboxType": "none"});
+                let result = json!({"processId": spec.process_id, "sandboxType": spec.confinement.sandbox_type()});
                 self.respond(id, Ok(result)).await;
                 process.begin(started, shared.reaper.clone());
                 session.forget_later(process);

@@ -7,7 +7,8 @@
 //! spawn; the write protection (`--protect`) is prepared once and applied to every process; the
 //! base environment is built from the host's with secrets dropped (unless the server
 //! allows them) and HOME/TMPDIR/XDG pinned inside the root, and carries `CLEANROOM_RUN_ID`, so
-//! `gc` can reclaim the root and kill what is left if the server is killed.
+//! `gc` can reclaim the root and kill what is left if the server is killed. The protection's
+//! rules are also kept as the [`policy::Base`] every per-call sandbox is intersected with.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,11 +17,12 @@ use std::time::Duration;
 
 use cleanroom::contain::{ContainMode, Container, Mechanism};
 use cleanroom::env::EnvOptions;
-use cleanroom::protect::{ProtectMode, Protection, ProtectionRequest};
+use cleanroom::protect::{EnforcedBy, Enforcement, ProtectMode, Protection, ProtectionRequest};
 use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
 use serde_json::{json, Value};
 
+use crate::policy;
 use crate::reaper::Reaper;
 use crate::uri::file_uri;
 use crate::Error;
@@ -53,6 +55,8 @@ pub struct Environment {
     mechanism: Mechanism,
     base: BTreeMap<String, String>,
     protection: Protection,
+    /// The protection's rules, for the per-call policies built on top of them.
+    policy_base: policy::Base,
     cwd: PathBuf,
     shell: PathBuf,
 }
@@ -119,7 +123,9 @@ impl Environment {
             .map(PathBuf::from)
             .filter(|p| p.is_absolute() && p.exists())
             .unwrap_or_else(|| PathBuf::from("/bin/sh"));
+        let policy_base = policy_base(&protection, &root.layout().tmp);
         Ok(Environment {
+            policy_base,
             namespace,
             run_id,
             layout: root.layout().clone(),
@@ -136,6 +142,11 @@ impl Environment {
     /// The base environment of every process.
     pub fn base(&self) -> &BTreeMap<String, String> {
         &self.base
+    }
+
+    /// What every per-call policy starts from: the protection's rules and the temp dir.
+    pub fn policy_base(&self) -> &policy::Base {
+        &self.policy_base
     }
 
     /// The run id of the environment's root.
@@ -203,6 +214,26 @@ impl Environment {
                 );
             }
         }
+    }
+}
+
+/// The rules `protection` enforces (canonical paths; none when it is off or not enforced).
+fn policy_base(protection: &Protection, tmp: &std::path::Path) -> policy::Base {
+    let status = protection.status();
+    let enforced = status.enforcement != Enforcement::None;
+    let rules = match enforced {
+        true => status
+            .policy
+            .iter()
+            .filter(|r| r.enforced_by != EnforcedBy::Absent)
+            .map(|r| (r.path.clone(), r.access))
+            .collect(),
+        false => Vec::new(),
+    };
+    policy::Base {
+        rules,
+        enforced,
+        tmpdir: tmp.to_path_buf(),
     }
 }
 

@@ -38,7 +38,9 @@
 mod connection;
 mod environment;
 mod envpolicy;
+mod fs;
 mod outlet;
+mod policy;
 mod process;
 mod protocol;
 mod pty;

@@ -78,6 +78,8 @@ pub struct Spec {
     pub tty: bool,
     /// Keep a writable stdin without a terminal.
     pub pipe_stdin: bool,
+    /// The kernel policy applied before exec.
+    pub confinement: Arc<crate::policy::Confinement>,
 }
 
 /// Which descriptor a chunk came from.
@@ -209,7 +211,7 @@ impl Process {
             }
             None
         };
-        if let Some(hook) = protection.child_hook() {
+        if let Some(hook) = spec.confinement.child_hook(protection) {
             // SAFETY: the hook makes only raw, async-signal-safe system calls on data captured
             // before the fork; it is registered last, so it is the last step before exec.
             unsafe {

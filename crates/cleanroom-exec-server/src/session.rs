@@ -25,6 +25,7 @@ pub struct Session {
     id: String,
     outlet: Arc<Outlet>,
     table: Mutex<Table>,
+    fs: crate::fs::Handles,
 }
 
 #[derive(Default)]
@@ -42,6 +43,11 @@ impl Session {
     /// Where the session's notifications go.
     pub fn outlet(&self) -> &Arc<Outlet> {
         &self.outlet
+    }
+
+    /// The session's open files (`fs/open`).
+    pub fn fs(&self) -> &crate::fs::Handles {
+        &self.fs
     }
 
     /// The process `id` of this session.
@@ -156,6 +162,7 @@ impl Registry {
             id: id.clone(),
             outlet: Arc::new(Outlet::default()),
             table: Mutex::new(Table::default()),
+            fs: crate::fs::Handles::default(),
         });
         sessions.insert(id, session.clone());
         Ok(session)
