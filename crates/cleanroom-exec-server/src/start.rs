@@ -145,6 +145,7 @@ mod tests {
                 base: &base,
                 allow_secret_env: false,
                 run_id: "r",
+                policy: &crate::policy::Base::default(),
             },
         )
     }
@@ -180,13 +181,15 @@ mod tests {
         assert!(message(with("arg0", json!(3))).contains("arg0"));
         assert!(message(with("networkProxy", json!({}))).contains("cannot be enforced"));
         assert!(message(with("enforceManagedNetwork", json!(true))).contains("cannot be enforced"));
-        let fs = json!({"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[]},"network":"enabled"}});
-        assert!(message(with("sandbox", fs))
+        let unknown = json!({"permissions":{"type":"managed","file_system":{"type":"restricted",
+            "entries":[{"access":"none","path":{"type":"special","value":{"kind":"nonesuch"}}}]}}});
+        assert!(message(with("sandbox", unknown))
             .starts_with("filesystem sandbox restrictions cannot be enforced"));
-        let net = json!({"permissions":{"type":"managed","file_system":{"type":"unrestricted"},"network":"restricted"}});
-        assert!(
-            message(with("sandbox", net)).starts_with("network restrictions cannot be enforced")
-        );
+        let codex_read_only = json!({"permissions":{"type":"managed","network":"restricted",
+            "file_system":{"type":"restricted","entries":[
+                {"access":"read","path":{"type":"special","value":{"kind":"root"}}}]}}});
+        let spec = check(with("sandbox", codex_read_only)).unwrap();
+        assert_eq!(spec.confinement.sandbox_type(), "linuxSeccomp");
         let disabled = json!({"permissions":{"type":"disabled"}});
         assert!(check(with("sandbox", disabled)).is_ok());
     }
