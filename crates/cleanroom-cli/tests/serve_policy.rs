@@ -49,7 +49,13 @@ async fn workspace_write_confines_writes_to_the_workspace_and_keeps_git_read_onl
     let (started, out, code) = c.run("ww", &ws, workspace_write(&ws), &script).await;
     assert_eq!(started["sandboxType"], "linuxSeccomp", "{started}");
     assert_eq!(code, 0, "{out}");
-    for expected in ["inside:ok", "outside:denied", "git:denied", "tmpdir:ok", "readable"] {
+    for expected in [
+        "inside:ok",
+        "outside:denied",
+        "git:denied",
+        "tmpdir:ok",
+        "readable",
+    ] {
         assert!(out.contains(expected), "{expected} in {out:?}");
     }
     assert!(ws.join("made").exists());
@@ -58,15 +64,42 @@ async fn workspace_write_confines_writes_to_the_workspace_and_keeps_git_read_onl
     // A policy that does not name `.git` still keeps it read-only inside the writable cwd.
     let bare = managed(
         &ws,
-        vec![special("root", None, "read"), special("current_working_directory", None, "write")],
+        vec![
+            special("root", None, "read"),
+            special("current_working_directory", None, "write"),
+        ],
         "enabled",
     );
-    let (_, out, _) = c.run("bare", &ws, bare, &[try_write("git", &ws.join(".git/x")), try_write("cwd", &ws.join("y"))].concat()).await;
-    assert!(out.contains("git:denied") && out.contains("cwd:ok"), "{out}");
+    let (_, out, _) = c
+        .run(
+            "bare",
+            &ws,
+            bare,
+            &[
+                try_write("git", &ws.join(".git/x")),
+                try_write("cwd", &ws.join("y")),
+            ]
+            .concat(),
+        )
+        .await;
+    assert!(
+        out.contains("git:denied") && out.contains("cwd:ok"),
+        "{out}"
+    );
 
-    let (started, out, _) = c.run("ro", &ws, read_only(&ws), &[try_write("ro", &ws.join("z")), "cat readme\n".into()].concat()).await;
+    let (started, out, _) = c
+        .run(
+            "ro",
+            &ws,
+            read_only(&ws),
+            &[try_write("ro", &ws.join("z")), "cat readme\n".into()].concat(),
+        )
+        .await;
     assert_eq!(started["sandboxType"], "linuxSeccomp");
-    assert!(out.contains("ro:denied") && out.contains("readable"), "{out}");
+    assert!(
+        out.contains("ro:denied") && out.contains("readable"),
+        "{out}"
+    );
     assert!(!ws.join("z").exists());
     server.stop();
 }
@@ -90,11 +123,27 @@ async fn a_none_entry_cannot_be_read_and_the_most_specific_entry_wins() {
                   echo w > secret/planted 2>/dev/null && echo plant:ok || echo plant:denied\n\
                   cat readme\n\
                   echo w > made && echo cwd-write:ok\n";
-    let (_, out, _) = c.run("none", &ws, managed(&ws, entries("none"), "enabled"), script).await;
-    for expected in ["key:denied", "list:end", "plant:denied", "readable", "cwd-write:ok"] {
+    let (_, out, _) = c
+        .run(
+            "none",
+            &ws,
+            managed(&ws, entries("none"), "enabled"),
+            script,
+        )
+        .await;
+    for expected in [
+        "key:denied",
+        "list:end",
+        "plant:denied",
+        "readable",
+        "cwd-write:ok",
+    ] {
         assert!(out.contains(expected), "{expected} in {out:?}");
     }
-    assert!(!out.contains("s3cret") && !ws.join("secret/planted").exists(), "{out}");
+    assert!(
+        !out.contains("s3cret") && !ws.join("secret/planted").exists(),
+        "{out}"
+    );
 
     // Re-exposing part of a hidden tree has no mechanism here: refused, never run unenforced.
     let params = json!({"processId": "re", "argv": ["true"], "cwd": serve_support::uri(&ws),
@@ -102,7 +151,10 @@ async fn a_none_entry_cannot_be_read_and_the_most_specific_entry_wins() {
                         "sandbox": managed(&ws, entries("write"), "enabled")});
     let (code, message) = c.call("process/start", params).await.unwrap_err();
     assert_eq!(code, -32602);
-    assert!(message.contains("cannot be enforced") && message.contains("secret/open"), "{message}");
+    assert!(
+        message.contains("cannot be enforced") && message.contains("secret/open"),
+        "{message}"
+    );
     server.stop();
 }
 
@@ -120,10 +172,19 @@ async fn network_restricted_leaves_only_loopback_inside_its_own_namespace() {
          if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connect:ok; else echo connect:refused; fi\n"
     );
     let (_, out, _) = c.run("net", &ws, workspace_write(&ws), &script).await;
-    assert!(out.contains("ifaces:lo \n") || out.contains("ifaces:lo\n"), "{out}");
-    assert!(out.contains("procnet:lo \n") || out.contains("procnet:lo\n"), "{out}");
+    assert!(
+        out.contains("ifaces:lo \n") || out.contains("ifaces:lo\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("procnet:lo \n") || out.contains("procnet:lo\n"),
+        "{out}"
+    );
     assert!(out.contains("connect:refused"), "{out}");
-    assert!(listener.accept().is_err(), "the restricted child reached the host's loopback");
+    assert!(
+        listener.accept().is_err(),
+        "the restricted child reached the host's loopback"
+    );
 
     // The control: with the network enabled the same child reaches the listener.
     let open = managed(&ws, vec![special("root", None, "read")], "enabled");
@@ -137,12 +198,22 @@ async fn a_shape_that_cannot_be_enforced_is_refused_naming_the_entry() {
     let server = Server::start(&["--protect", "off"]);
     let (ws, _) = layout(&server.work());
     let mut c = server.client().await;
-    let unknown = managed(&ws, vec![special("root", None, "read"), special("nonesuch", None, "none")], "enabled");
+    let unknown = managed(
+        &ws,
+        vec![
+            special("root", None, "read"),
+            special("nonesuch", None, "none"),
+        ],
+        "enabled",
+    );
     let params = json!({"processId": "u", "argv": ["true"], "cwd": serve_support::uri(&ws),
                         "env": {}, "tty": false, "arg0": null, "sandbox": unknown});
     let (code, message) = c.call("process/start", params).await.unwrap_err();
     assert_eq!(code, -32602);
-    assert!(message.contains("entries[1]") && message.contains("nonesuch"), "{message}");
+    assert!(
+        message.contains("entries[1]") && message.contains("nonesuch"),
+        "{message}"
+    );
     let disabled = json!({"permissions": {"type": "disabled"}});
     let (started, _, code) = c.run("d", &ws, disabled, "exit 3").await;
     assert_eq!((started["sandboxType"].as_str(), code), (Some("none"), 3));

@@ -33,6 +33,7 @@ const METHODS: &[&str] = &[
     "process/write",
     "process/signal",
     "process/terminate",
+    "http/request",
 ];
 
 /// A connected client.
@@ -192,6 +193,16 @@ impl Connection {
             "environment/status" => Ok(json!({"status": "ready"})),
             "process/start" => return self.start(&session, &id, &params).await,
             "process/read" => read(&session, &params).await,
+            "http/request" => match crate::http::call(&params).await {
+                Err(e) => Err(e),
+                Ok(reply) => {
+                    self.respond(&id, Ok(reply.result)).await;
+                    if let Some(stream) = reply.stream {
+                        tokio::spawn(stream.run(session.outlet().clone()));
+                    }
+                    return;
+                }
+            },
             m if m.starts_with("fs/") => {
                 crate::fs::call(m, &params, shared.env.policy_base(), session.fs()).await
             }

@@ -39,6 +39,7 @@ mod connection;
 mod environment;
 mod envpolicy;
 mod fs;
+mod http;
 mod outlet;
 mod policy;
 mod process;

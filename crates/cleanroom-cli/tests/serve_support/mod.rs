@@ -69,20 +69,29 @@ impl Server {
             next_id: 0,
             notifications: Vec::new(),
         };
-        client.call("initialize", json!({"clientName": "test"})).await.unwrap();
+        client
+            .call("initialize", json!({"clientName": "test"}))
+            .await
+            .unwrap();
         client
     }
 
     /// SIGTERM; the server exits 0 and leaves no root.
     pub fn stop(mut self) {
         // SAFETY: kill(2) on our own child, not yet waited for.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
+        assert_eq!(
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) },
+            0
+        );
         let deadline = Instant::now() + TIMEOUT;
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 break status;
             }
-            assert!(Instant::now() < deadline, "the server did not exit on SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "the server did not exit on SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         };
         assert_eq!(status.code(), Some(0), "server exit status");
@@ -117,7 +126,10 @@ impl Client {
         self.next_id += 1;
         let id = json!(self.next_id);
         let request = json!({"id": id, "method": method, "params": params});
-        self.ws.send(Message::text(request.to_string())).await.unwrap();
+        self.ws
+            .send(Message::text(request.to_string()))
+            .await
+            .unwrap();
         loop {
             let message = self.recv().await;
             if message.get("method").is_some() {
@@ -160,7 +172,13 @@ impl Client {
 
     /// Runs `script` with bash in `cwd` under `sandbox` (a `sandbox` argument or null) and
     /// returns its start result, its stdout+stderr and its exit code.
-    pub async fn run(&mut self, id: &str, cwd: &Path, sandbox: Value, script: &str) -> (Value, String, i64) {
+    pub async fn run(
+        &mut self,
+        id: &str,
+        cwd: &Path,
+        sandbox: Value,
+        script: &str,
+    ) -> (Value, String, i64) {
         let started = self
             .call(
                 "process/start",
@@ -178,7 +196,9 @@ impl Client {
             }
             match n["method"].as_str().unwrap() {
                 "process/output" => output.push_str(&String::from_utf8_lossy(
-                    &BASE64.decode(n["params"]["chunk"].as_str().unwrap()).unwrap(),
+                    &BASE64
+                        .decode(n["params"]["chunk"].as_str().unwrap())
+                        .unwrap(),
                 )),
                 "process/exited" => code = n["params"]["exitCode"].as_i64().unwrap(),
                 "process/closed" => return (started, output, code),
