@@ -21,7 +21,7 @@ use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
 use serde_json::{json, Value};
 
-use crate::reaper::Reaper;
+use crate::process::Reaper;
 use crate::uri::file_uri;
 use crate::Error;
 
