@@ -23,7 +23,7 @@ use cleanroom::{Namespace, Root, RootOptions};
 use serde_json::{json, Value};
 
 use crate::policy;
-use crate::reaper::Reaper;
+use crate::process::Reaper;
 use crate::uri::file_uri;
 use crate::Error;
 

@@ -15,9 +15,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::environment::{Environment, EnvironmentOptions};
-use crate::reaper::Reaper;
-use crate::session::{Registry, Session};
-use crate::{transport, Error};
+use crate::process::Reaper;
+use crate::rpc::{Registry, Rpc, Shared};
+use crate::transport::{self, Limits};
+use crate::Error;
 
 /// Default `--max-message-bytes`: 100 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
@@ -80,27 +81,6 @@ pub struct Config {
     pub allow_secret_env: bool,
 }
 
-/// State shared by every connection.
-pub struct Shared {
-    pub(crate) env: Environment,
-    pub(crate) reaper: Reaper,
-    pub(crate) sessions: Registry,
-    pub(crate) session_ttl: Duration,
-    pub(crate) max_sessions: usize,
-    pub(crate) max_processes: usize,
-    pub(crate) max_connections: usize,
-    pub(crate) max_message_bytes: usize,
-    pub(crate) allow_secret_env: bool,
-}
-
-impl Shared {
-    /// Ends `session`: it leaves the registry and every process of it is reaped.
-    pub(crate) async fn end_session(&self, session: &Arc<Session>) {
-        self.sessions.remove(session);
-        session.end(&self.reaper).await;
-    }
-}
-
 /// Runs the server until SIGTERM/SIGINT/SIGHUP (or stdin EOF with `Listen::Stdio`). `ready` receives
 /// the URL once clients can connect (not called in stdio mode).
 pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
@@ -125,10 +105,12 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
         session_ttl: config.session_ttl,
         max_sessions: config.max_sessions,
         max_processes: config.max_processes,
-        max_connections: config.max_connections,
-        max_message_bytes: config.max_message_bytes,
         allow_secret_env: config.allow_secret_env,
     });
+    let limits = Limits {
+        max_connections: config.max_connections,
+        max_message_bytes: config.max_message_bytes,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -139,13 +121,18 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
             return Err(Error::Io("start the async runtime", e));
         }
     };
-    let result = runtime.block_on(serve(config.listen, shared.clone(), ready));
+    let result = runtime.block_on(serve(config.listen, shared.clone(), limits, ready));
     runtime.block_on(shutdown(&shared));
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
-async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) -> Result<(), Error> {
+async fn serve(
+    listen: Listen,
+    shared: Arc<Shared>,
+    limits: Limits,
+    ready: impl FnOnce(&str),
+) -> Result<(), Error> {
     let mut terminate =
         signal(SignalKind::terminate()).map_err(|e| Error::Io("handle SIGTERM", e))?;
     let mut interrupt =
@@ -165,12 +152,17 @@ async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) ->
             ready(&format!("ws://{bound}{capability}"));
             tokio::spawn(transport::serve_websocket(
                 listener,
-                shared.clone(),
+                Arc::new(Rpc(shared.clone())),
+                limits,
                 capability.into(),
                 stopped,
             ))
         }
-        Listen::Stdio => tokio::spawn(transport::serve_stdio(shared.clone(), stopped)),
+        Listen::Stdio => tokio::spawn(transport::serve_stdio(
+            Arc::new(Rpc(shared.clone())),
+            limits,
+            stopped,
+        )),
     };
     let clients_done = tokio::select! {
         _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); false }

@@ -28,25 +28,10 @@ pub use handles::Handles;
 /// The code of a filesystem object that does not exist.
 pub const NOT_FOUND: i64 = -32004;
 
-/// The `fs/*` methods this server answers.
-pub const METHODS: &[&str] = &[
-    "fs/getMetadata",
-    "fs/readFile",
-    "fs/writeFile",
-    "fs/createDirectory",
-    "fs/readDirectory",
-    "fs/remove",
-    "fs/copy",
-    "fs/canonicalize",
-    "fs/open",
-    "fs/readBlock",
-    "fs/close",
-];
-
 /// Largest file `fs/readFile` returns.
 const MAX_READ: u64 = 512 * 1024 * 1024;
 
-/// Answers the `fs/*` call `method` (one of [`METHODS`]).
+/// Answers the `fs/*` call `method`.
 pub async fn call(
     method: &str,
     params: &Value,

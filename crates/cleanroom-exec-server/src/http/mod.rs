@@ -18,7 +18,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use crate::outlet::Outlet;
+use crate::process::Outlet;
 use crate::protocol::{self, Params, RpcError};
 use wire::{Body, Url};
 

@@ -15,10 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::task::JoinSet;
 
 use crate::environment::Environment;
-use crate::outlet::Outlet;
-use crate::process::{Process, Spec, Started, CLOSED_RETENTION};
+use crate::process::{Outlet, Process, Reaper, Spec, Started, CLOSED_RETENTION};
 use crate::protocol::RpcError;
-use crate::reaper::Reaper;
 
 /// A client session.
 pub struct Session {

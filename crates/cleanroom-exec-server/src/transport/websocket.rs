@@ -1,18 +1,11 @@
-//! Transports (spec §1): WebSocket with a capability path, and newline-delimited stdio.
-//!
-//! Owns: accepting connections (bounded in number), the HTTP side (`GET /readyz`, the
-//! capability check with close 1008), frame size limits (close 1009 before parsing), pings, and
-//! each connection's writer, whose queue is bounded and whose sends time out when the client
-//! stops reading.
-//!
-//! Invariant: anything a client does ends at most its own connection: errors of one socket are
-//! logged and that socket is dropped; the listener keeps accepting.
+//! The WebSocket transport: accepting (bounded), `/readyz`, the capability path, frame limits,
+//! pings, and each connection's batching writer.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
@@ -21,13 +14,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::connection::Connection;
-use crate::outlet::Outbound;
-use crate::protocol::{self, RpcError};
-use crate::server::Shared;
-
-/// Messages queued per connection before senders wait.
-const QUEUE: usize = 64;
+use super::{close, Limits, Outbound, Peer, Service, QUEUE};
 /// Longest time for the HTTP upgrade.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Interval of server pings.
@@ -40,13 +27,14 @@ const BATCH_BYTES: usize = 1 << 20;
 const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Accepts WebSocket clients on `listener` until `shutdown` turns true.
-pub async fn serve_websocket(
+pub async fn serve_websocket<S: Service>(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    service: Arc<S>,
+    limits: Limits,
     capability: Arc<str>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(shared.max_connections));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut connections = tokio::task::JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
@@ -66,15 +54,15 @@ pub async fn serve_websocket(
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::warn!(
                 "connection refused: {} connections open",
-                shared.max_connections
+                limits.max_connections
             );
             continue;
         };
-        let shared = shared.clone();
+        let service = service.clone();
         let capability = capability.clone();
         let shutdown = shutdown.clone();
         connections.spawn(async move {
-            if let Err(e) = handle_socket(tcp, shared, &capability, shutdown).await {
+            if let Err(e) = handle_socket(tcp, &*service, limits, &capability, shutdown).await {
                 tracing::debug!("connection ended: {e}");
             }
             drop(slot);
@@ -87,13 +75,14 @@ pub async fn serve_websocket(
     .await;
 }
 
-async fn handle_socket(
+async fn handle_socket<S: Service>(
     tcp: TcpStream,
-    shared: Arc<Shared>,
+    service: &S,
+    limits: Limits,
     capability: &str,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), WsError> {
-    let limit = shared.max_message_bytes;
+    let limit = limits.max_message_bytes;
     let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, upgrade(tcp, limit));
     let upgraded = tokio::select! {
         upgraded = handshake => upgraded.map_err(|_| WsError::Io(std::io::ErrorKind::TimedOut.into()))??,
@@ -105,7 +94,7 @@ async fn handle_socket(
     if !constant_time_eq(path.as_bytes(), capability.as_bytes()) {
         return refuse(ws).await;
     }
-    run_websocket(ws, shared, shutdown).await;
+    run_websocket(ws, service, shutdown).await;
     Ok(())
 }
 
@@ -139,7 +128,7 @@ async fn upgrade(
 /// Completes the upgrade's aftermath for a wrong path: close 1008 `unauthorized`.
 async fn refuse(mut ws: WebSocketStream<TcpStream>) -> Result<(), WsError> {
     let frame = CloseFrame {
-        code: CloseCode::Policy,
+        code: CloseCode::from(close::POLICY),
         reason: "unauthorized".into(),
     };
     ws.close(Some(frame)).await?;
@@ -179,9 +168,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn run_websocket(
+async fn run_websocket<S: Service>(
     ws: WebSocketStream<TcpStream>,
-    shared: Arc<Shared>,
+    service: &S,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (mut sink, mut stream) = ws.split();
@@ -247,7 +236,7 @@ async fn run_websocket(
             }
         }
     });
-    let connection = Connection::new(shared, queue.clone());
+    let connection = service.connect(queue.clone());
     let mut closing = false;
     loop {
         tokio::select! {
@@ -256,7 +245,7 @@ async fn run_websocket(
                 Some(Ok(Message::Binary(bytes))) => connection.handle(&bytes).await,
                 Some(Ok(Message::Close(_))) => {
                     // Completes the closing handshake (tungstenite has queued the reply).
-                    let _ = queue.try_send(Outbound::Close(1000, ""));
+                    let _ = queue.try_send(Outbound::Close(close::NORMAL, ""));
                     closing = true;
                     break;
                 }
@@ -264,7 +253,7 @@ async fn run_websocket(
                 Some(Ok(_)) => {}
                 Some(Err(WsError::Capacity(e))) => {
                     tracing::info!("closing a connection with 1009: {e}");
-                    let _ = queue.try_send(Outbound::Close(1009, "message too big"));
+                    let _ = queue.try_send(Outbound::Close(close::TOO_BIG, "message too big"));
                     closing = true;
                     break;
                 }
@@ -275,7 +264,7 @@ async fn run_websocket(
             },
             _ = &mut writer => break,
             _ = shutdown.changed() => {
-                let _ = queue.try_send(Outbound::Close(1001, "shutdown"));
+                let _ = queue.try_send(Outbound::Close(close::GOING_AWAY, "shutdown"));
                 closing = true;
                 break;
             }
@@ -286,74 +275,4 @@ async fn run_websocket(
         let _ = tokio::time::timeout(Duration::from_secs(3), &mut writer).await;
     }
     writer.abort();
-}
-
-/// Serves one client on stdin/stdout; returns at EOF (after the session has been handled as a
-/// lost connection) or when `shutdown` turns true.
-pub async fn serve_stdio(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-    let (queue, mut outbound) = mpsc::channel::<Outbound>(QUEUE);
-    let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
-        while let Some(message) = outbound.recv().await {
-            let Outbound::Text(text) = message else {
-                return;
-            };
-            if stdout.write_all(text.as_bytes()).await.is_err()
-                || stdout.write_all(b"\n").await.is_err()
-                || stdout.flush().await.is_err()
-            {
-                return;
-            }
-        }
-    });
-    let limit = shared.max_message_bytes;
-    let connection = Connection::new(shared, queue.clone());
-    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
-    let mut line = Vec::new();
-    let mut oversized = false;
-    loop {
-        let buffered = tokio::select! {
-            buffered = stdin.fill_buf() => match buffered {
-                Ok([]) => break,
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!("reading stdin: {e}");
-                    break;
-                }
-            },
-            _ = shutdown.changed() => break,
-        };
-        let (part, complete) = match buffered.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buffered[..i], Some(i + 1)),
-            None => (buffered, None),
-        };
-        if !oversized {
-            if line.len() + part.len() > limit {
-                oversized = true;
-                line = Vec::new();
-            } else {
-                line.extend_from_slice(part);
-            }
-        }
-        let used = complete.unwrap_or(buffered.len());
-        stdin.consume(used);
-        if complete.is_some() {
-            if oversized {
-                let error = RpcError::invalid_request(format!(
-                    "message larger than {limit} bytes (--max-message-bytes)"
-                ));
-                let _ = queue
-                    .send(Outbound::Text(protocol::error_response(None, &error)))
-                    .await;
-            } else if !line.iter().all(u8::is_ascii_whitespace) {
-                connection.handle(&line).await;
-            }
-            line.clear();
-            oversized = false;
-        }
-    }
-    connection.close().await;
-    drop(queue);
-    drop(connection);
-    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
 }
