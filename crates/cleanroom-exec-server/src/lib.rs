@@ -28,6 +28,9 @@
 //! - `environment`: the root, the containment, the write protection and the base environment;
 //! - `process`: `process/start` validation, one process's pumps, seqs, retention, stdin,
 //!   signals, terminal, and the reaping of its tree;
+//! - `fs`: the `fs/*` methods, each on a thread confined by its call's policy;
+//! - `policy`: Codex's per-call `sandbox` translated into `cleanroom::protect` (processes, fs);
+//! - `http`: `http/request` and its streamed `bodyDelta`s;
 //! - `envpolicy`, `protocol`, `uri`: the child environment, JSON-RPC shapes and error codes,
 //!   file URIs.
 //!
