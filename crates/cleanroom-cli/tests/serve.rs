@@ -1071,7 +1071,7 @@ async fn terminate_kills_a_term_resistant_tree_and_replies_after_reaping() {
 
 #[tokio::test]
 async fn socket_loss_reaps_a_term_resistant_group_and_its_setsid_child() {
-    let server = Server::start(&[]);
+    let server = Server::start(&["--session-ttl", "0"]);
     let mut c = server.client().await;
     let mut pids = start_resistant_tree(&mut c, "g", &server.marker).await;
     // A descendant that clears its environment and outlives its parent, holding stdout.
@@ -1522,5 +1522,105 @@ async fn a_server_started_with_signals_blocked_still_stops_and_its_children_star
     }
     assert_eq!(text.lines().count(), 2, "{text}");
     let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Starts a detached daemon (`setsid`, output to /dev/null) whose start closes at once; returns
+/// the daemon's pid once its process record is closed.
+async fn start_daemon(c: &mut Client, id: &str, marker: &str) -> i32 {
+    let script = format!(
+        "setsid sh -c 'while :; do sleep 0.1; done; : {marker}' </dev/null >/dev/null 2>&1 & echo $!"
+    );
+    c.start(id, &["sh", "-c", &script], json!({})).await;
+    let daemon = pids_in(&output_of(&c.until_closed(id).await))[0];
+    assert!(alive(daemon), "the daemon runs on after its start closed");
+    daemon
+}
+
+#[tokio::test]
+async fn a_daemon_whose_record_expired_dies_with_the_dropped_socket() {
+    let server = Server::start(&["--session-ttl", "0", "--process-retention", "1s"]);
+    let mut c = server.client().await;
+    let daemon = start_daemon(&mut c, "d", &server.marker).await;
+    // The closed record leaves the table after its retention.
+    loop {
+        match c.call("process/read", json!({"processId": "d"})).await {
+            Err((-32600, message)) if message.contains("unknown process") => break,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(alive(daemon));
+    let run_id = c.run_id.clone();
+    drop(c);
+    wait_dead(&[daemon], Duration::from_secs(10));
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn a_daemon_evicted_by_300_later_starts_dies_with_the_dropped_socket() {
+    let server = Server::start(&["--session-ttl", "0"]);
+    let mut c = server.client().await;
+    let daemon = start_daemon(&mut c, "d", &server.marker).await;
+    for i in 0..300 {
+        let id = format!("t{i}");
+        c.start(&id, &["true"], json!({})).await;
+        c.until_closed(&id).await;
+    }
+    // 256 records at most: the daemon's was evicted to make room.
+    let (code, _) = c.error("process/read", json!({"processId": "d"})).await;
+    assert_eq!(code, -32600);
+    assert!(alive(daemon));
+    let run_id = c.run_id.clone();
+    drop(c);
+    wait_dead(&[daemon], Duration::from_secs(10));
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn by_default_a_dropped_session_resumes_with_the_output_produced_meanwhile() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let session = c.session.clone();
+    let run_id = c.run_id.clone();
+    // The output comes only once the first socket is gone and the test says so.
+    let go = server.state.path().join("go");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; echo after detached; sleep 30; : {}",
+        go.display(),
+        server.marker
+    );
+    c.start("p", &["sh", "-c", &script], json!({})).await;
+    drop(c);
+    let mut resumed = Client::connect(&server.url).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match resumed
+            .initialize_with(json!({"resumeSessionId": session}))
+            .await
+        {
+            Ok(()) => break,
+            Err((-32010, _)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                resumed = Client::connect(&server.url).await;
+            }
+            Err(e) => panic!("resume within the default ttl failed: {e:?}"),
+        }
+    }
+    std::fs::write(&go, "").unwrap();
+    let mut text = String::new();
+    let mut cursor = 0;
+    while !text.contains("after detached") {
+        let r = resumed
+            .call(
+                "process/read",
+                json!({"processId": "p", "afterSeq": cursor, "waitMs": 2000}),
+            )
+            .await
+            .unwrap();
+        text.push_str(&output_of_read(&r));
+        cursor = r["nextSeq"].as_u64().unwrap() - 1;
+        assert!(!r["closed"].as_bool().unwrap(), "still running: {r}");
+    }
     server.stop(&run_id);
 }
