@@ -42,6 +42,16 @@ impl Server {
         Server::start_with(args, env, false)
     }
 
+    /// The server's stderr goes to [`Server::log`] instead of the test's.
+    fn start_logged(args: &[&str]) -> Server {
+        Server::start_with(args, &[("CLEANROOM_TEST_LOG", "1")], false)
+    }
+
+    /// What a server started with [`Server::start_logged`] wrote to stderr so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.state.path().join("stderr.log")).unwrap()
+    }
+
     /// `blocked`: start the server with TERM, INT, HUP and CHLD blocked and INT, QUIT ignored,
     /// as some supervisors and `cmd &` in scripts do.
     fn start_with(args: &[&str], env: &[(&str, &str)], blocked: bool) -> Server {
@@ -61,6 +71,10 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if env.iter().any(|(k, _)| *k == "CLEANROOM_TEST_LOG") {
+            let log = std::fs::File::create(state.path().join("stderr.log")).unwrap();
+            command.stderr(log);
+        }
         if blocked {
             use std::os::unix::process::CommandExt;
             // SAFETY: sigemptyset/sigaddset/pthread_sigmask on a stack set between fork and
@@ -1622,5 +1636,67 @@ async fn by_default_a_dropped_session_resumes_with_the_output_produced_meanwhile
         cursor = r["nextSeq"].as_u64().unwrap() - 1;
         assert!(!r["closed"].as_bool().unwrap(), "still running: {r}");
     }
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn idle_unauthenticated_connections_neither_lock_the_client_out_nor_flood_the_log() {
+    let server = Server::start_logged(&[]);
+    let addr = server.addr();
+    // More idle sockets than --max-connections (4096): none ever sends a byte.
+    let mut idle = Vec::new();
+    for _ in 0..4150 {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    // Accepted after all of them, the real client gets in at once.
+    let mut c = server.client().await;
+    assert_eq!(
+        c.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
+    c.start("p", &["echo", "served"], json!({})).await;
+    assert_eq!(output_of(&c.until_closed("p").await), "served\n");
+    drop(idle);
+    let log = server.log();
+    let warnings = log.lines().filter(|l| l.contains("WARN")).count();
+    assert!(
+        warnings <= 2,
+        "one rate-limited warning, not a flood:\n{log}"
+    );
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// The server's peak resident memory, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_message_of_millions_of_tiny_values_is_refused_without_parsing_it() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    // 40 MiB, 20 million array elements: under --max-message-bytes, over the value budget.
+    let mut message = String::from(r#"{"id":"big","method":"environment/status","params":{"v":["#);
+    message.push_str(&"0,".repeat(20_000_000));
+    message.push_str("0]}}");
+    c.send_text(message).await;
+    let reply = c.recv().await;
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    let text = reply["error"]["message"].as_str().unwrap();
+    assert!(text.contains("JSON values"), "{text}");
+    let peak = peak_rss_kib(server.child.id());
+    assert!(peak < 256 * 1024, "server peak RSS {peak} KiB");
+    assert_eq!(
+        c.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
+    let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
