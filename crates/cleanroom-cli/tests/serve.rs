@@ -42,6 +42,16 @@ impl Server {
         Server::start_with(args, env, false)
     }
 
+    /// The server's stderr goes to [`Server::log`] instead of the test's.
+    fn start_logged(args: &[&str]) -> Server {
+        Server::start_with(args, &[("CLEANROOM_TEST_LOG", "1")], false)
+    }
+
+    /// What a server started with [`Server::start_logged`] wrote to stderr so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.state.path().join("stderr.log")).unwrap()
+    }
+
     /// `blocked`: start the server with TERM, INT, HUP and CHLD blocked and INT, QUIT ignored,
     /// as some supervisors and `cmd &` in scripts do.
     fn start_with(args: &[&str], env: &[(&str, &str)], blocked: bool) -> Server {
@@ -61,6 +71,10 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if env.iter().any(|(k, _)| *k == "CLEANROOM_TEST_LOG") {
+            let log = std::fs::File::create(state.path().join("stderr.log")).unwrap();
+            command.stderr(log);
+        }
         if blocked {
             use std::os::unix::process::CommandExt;
             // SAFETY: sigemptyset/sigaddset/pthread_sigmask on a stack set between fork and
@@ -1068,7 +1082,7 @@ async fn terminate_kills_a_term_resistant_tree_and_replies_after_reaping() {
 
 #[tokio::test]
 async fn socket_loss_reaps_a_term_resistant_group_and_its_setsid_child() {
-    let server = Server::start(&[]);
+    let server = Server::start(&["--session-ttl", "0"]);
     let mut c = server.client().await;
     let mut pids = start_resistant_tree(&mut c, "g", &server.marker).await;
     // A descendant that clears its environment and outlives its parent, holding stdout.
@@ -1518,6 +1532,168 @@ async fn a_server_started_with_signals_blocked_still_stops_and_its_children_star
         assert_eq!(mask & 0x7fff_ffff, 0, "{name} of a child: {mask:#x}");
     }
     assert_eq!(text.lines().count(), 2, "{text}");
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Starts a detached daemon (`setsid`, output to /dev/null) whose start closes at once; returns
+/// the daemon's pid once its process record is closed.
+async fn start_daemon(c: &mut Client, id: &str, marker: &str) -> i32 {
+    let script = format!(
+        "setsid sh -c 'while :; do sleep 0.1; done; : {marker}' </dev/null >/dev/null 2>&1 & echo $!"
+    );
+    c.start(id, &["sh", "-c", &script], json!({})).await;
+    let daemon = pids_in(&output_of(&c.until_closed(id).await))[0];
+    assert!(alive(daemon), "the daemon runs on after its start closed");
+    daemon
+}
+
+#[tokio::test]
+async fn a_daemon_whose_record_expired_dies_with_the_dropped_socket() {
+    let server = Server::start(&["--session-ttl", "0", "--process-retention", "1s"]);
+    let mut c = server.client().await;
+    let daemon = start_daemon(&mut c, "d", &server.marker).await;
+    // The closed record leaves the table after its retention.
+    loop {
+        match c.call("process/read", json!({"processId": "d"})).await {
+            Err((-32600, message)) if message.contains("unknown process") => break,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(alive(daemon));
+    let run_id = c.run_id.clone();
+    drop(c);
+    wait_dead(&[daemon], Duration::from_secs(10));
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn a_daemon_evicted_by_300_later_starts_dies_with_the_dropped_socket() {
+    let server = Server::start(&["--session-ttl", "0"]);
+    let mut c = server.client().await;
+    let daemon = start_daemon(&mut c, "d", &server.marker).await;
+    for i in 0..300 {
+        let id = format!("t{i}");
+        c.start(&id, &["true"], json!({})).await;
+        c.until_closed(&id).await;
+    }
+    // 256 records at most: the daemon's was evicted to make room.
+    let (code, _) = c.error("process/read", json!({"processId": "d"})).await;
+    assert_eq!(code, -32600);
+    assert!(alive(daemon));
+    let run_id = c.run_id.clone();
+    drop(c);
+    wait_dead(&[daemon], Duration::from_secs(10));
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn by_default_a_dropped_session_resumes_with_the_output_produced_meanwhile() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let session = c.session.clone();
+    let run_id = c.run_id.clone();
+    // The output comes only once the first socket is gone and the test says so.
+    let go = server.state.path().join("go");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; echo after detached; sleep 30; : {}",
+        go.display(),
+        server.marker
+    );
+    c.start("p", &["sh", "-c", &script], json!({})).await;
+    drop(c);
+    let mut resumed = Client::connect(&server.url).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match resumed
+            .initialize_with(json!({"resumeSessionId": session}))
+            .await
+        {
+            Ok(()) => break,
+            Err((-32010, _)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                resumed = Client::connect(&server.url).await;
+            }
+            Err(e) => panic!("resume within the default ttl failed: {e:?}"),
+        }
+    }
+    std::fs::write(&go, "").unwrap();
+    let mut text = String::new();
+    let mut cursor = 0;
+    while !text.contains("after detached") {
+        let r = resumed
+            .call(
+                "process/read",
+                json!({"processId": "p", "afterSeq": cursor, "waitMs": 2000}),
+            )
+            .await
+            .unwrap();
+        text.push_str(&output_of_read(&r));
+        cursor = r["nextSeq"].as_u64().unwrap() - 1;
+        assert!(!r["closed"].as_bool().unwrap(), "still running: {r}");
+    }
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn idle_unauthenticated_connections_neither_lock_the_client_out_nor_flood_the_log() {
+    let server = Server::start_logged(&[]);
+    let addr = server.addr();
+    // More idle sockets than --max-connections (4096): none ever sends a byte.
+    let mut idle = Vec::new();
+    for _ in 0..4150 {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    // Accepted after all of them, the real client gets in at once.
+    let mut c = server.client().await;
+    assert_eq!(
+        c.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
+    c.start("p", &["echo", "served"], json!({})).await;
+    assert_eq!(output_of(&c.until_closed("p").await), "served\n");
+    drop(idle);
+    let log = server.log();
+    let warnings = log.lines().filter(|l| l.contains("WARN")).count();
+    assert!(
+        warnings <= 2,
+        "one rate-limited warning, not a flood:\n{log}"
+    );
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// The server's peak resident memory, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_message_of_millions_of_tiny_values_is_refused_without_parsing_it() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    // 40 MiB, 20 million array elements: under --max-message-bytes, over the value budget.
+    let mut message = String::from(r#"{"id":"big","method":"environment/status","params":{"v":["#);
+    message.push_str(&"0,".repeat(20_000_000));
+    message.push_str("0]}}");
+    c.send_text(message).await;
+    let reply = c.recv().await;
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    let text = reply["error"]["message"].as_str().unwrap();
+    assert!(text.contains("JSON values"), "{text}");
+    let peak = peak_rss_kib(server.child.id());
+    assert!(peak < 256 * 1024, "server peak RSS {peak} KiB");
+    assert_eq!(
+        c.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }

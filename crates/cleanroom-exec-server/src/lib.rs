@@ -9,7 +9,8 @@
 //!     allow_remote: false,
 //!     namespace: "/tmp/cleanroom-0".into(),
 //!     cwd: "/".into(),
-//!     session_ttl: std::time::Duration::ZERO,
+//!     session_ttl: cleanroom_exec_server::DEFAULT_SESSION_TTL,
+//!     process_retention: cleanroom_exec_server::DEFAULT_PROCESS_RETENTION,
 //!     protect: cleanroom::protect::ProtectMode::Off,
 //!     max_message_bytes: cleanroom_exec_server::DEFAULT_MAX_MESSAGE_BYTES,
 //!     max_sessions: 64,
@@ -50,7 +51,9 @@ mod server;
 mod transport;
 mod uri;
 
-pub use server::{run, Config, Listen, DEFAULT_MAX_MESSAGE_BYTES};
+pub use server::{
+    run, Config, Listen, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PROCESS_RETENTION, DEFAULT_SESSION_TTL,
+};
 
 /// Why the server could not start or run.
 #[derive(Debug, thiserror::Error)]

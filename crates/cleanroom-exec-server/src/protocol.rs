@@ -6,7 +6,9 @@
 //!
 //! Invariant: every outbound message carries `"jsonrpc":"2.0"`; an inbound message is accepted
 //! with or without it; a message that is not JSON or not an object is answered with `id: null`
-//! and never closes the connection.
+//! and never closes the connection; a message with more than [`MAX_VALUES`] JSON values is
+//! refused by a scan of its bytes before any value is allocated (20 million tiny array elements
+//! would cost hundreds of MiB as `serde_json::Value`s).
 
 use serde_json::{json, Map, Value};
 
@@ -22,6 +24,10 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// Resume of a session attached to another connection.
 pub const SESSION_ATTACHED: i64 = -32010;
+
+/// Most JSON values (counted as objects, arrays and separators) in one message, as Codex's
+/// decoder budget.
+pub const MAX_VALUES: usize = 262_144;
 
 /// A JSON-RPC error value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +104,14 @@ pub enum Incoming {
 
 /// Decodes one frame's bytes.
 pub fn decode(bytes: &[u8]) -> Incoming {
+    if !within_value_budget(bytes) {
+        return Incoming::Invalid(error_response(
+            None,
+            &RpcError::invalid_request(format!(
+                "invalid request: message has more than {MAX_VALUES} JSON values"
+            )),
+        ));
+    }
     let value: Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
         Err(e) => {
@@ -147,6 +161,34 @@ pub fn decode(bytes: &[u8]) -> Incoming {
         Some(id) => Incoming::Request { id, method, params },
         None => Incoming::Notification { method },
     }
+}
+
+/// Whether `bytes` holds at most [`MAX_VALUES`] values: every value but the first follows a `,`
+/// or opens a container, so `{`, `[` and `,` outside strings bound the count from above.
+fn within_value_budget(bytes: &[u8]) -> bool {
+    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' | b',' => {
+                count += 1;
+                if count > MAX_VALUES {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
 }
 
 /// A success response as text.
@@ -316,6 +358,23 @@ mod tests {
             panic!()
         };
         assert_eq!(error_code(&text), (json!(3), INVALID_REQUEST));
+    }
+
+    #[test]
+    fn a_message_over_the_value_budget_is_refused_before_parsing() {
+        let many = format!("[{}0]", "0,".repeat(MAX_VALUES));
+        let Incoming::Invalid(text) = decode(many.as_bytes()) else {
+            panic!("decoded")
+        };
+        assert!(text.contains("JSON values"), "{text}");
+        let commas_in_a_string = format!(
+            r#"{{"id":1,"method":"m","params":"{}"}}"#,
+            ",".repeat(MAX_VALUES)
+        );
+        assert!(matches!(
+            decode(commas_in_a_string.as_bytes()),
+            Incoming::Request { .. }
+        ));
     }
 
     #[test]

@@ -20,6 +20,10 @@ use crate::rpc::{Registry, Rpc, Shared};
 use crate::transport::{self, Limits};
 use crate::Error;
 
+/// Default `--session-ttl`: 30 s, as Codex's own exec-server.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(30);
+/// Default `--process-retention`: 60 s.
+pub const DEFAULT_PROCESS_RETENTION: Duration = Duration::from_secs(60);
 /// Default `--max-message-bytes`: 100 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
 
@@ -67,6 +71,8 @@ pub struct Config {
     pub cwd: PathBuf,
     /// `--session-ttl`: how long a lost connection's session stays resumable (0: reap at once).
     pub session_ttl: Duration,
+    /// `--process-retention`: how long a closed process stays readable (default 60 s).
+    pub process_retention: Duration,
     /// `--protect`: write protection applied to every process.
     pub protect: ProtectMode,
     /// `--max-message-bytes`.
@@ -103,6 +109,7 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
         reaper: Reaper::default(),
         sessions: Registry::default(),
         session_ttl: config.session_ttl,
+        process_retention: config.process_retention,
         max_sessions: config.max_sessions,
         max_processes: config.max_processes,
         allow_secret_env: config.allow_secret_env,

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use super::outlet::Outlet;
 use super::pty::{self, Master};
 use super::pump::{Drain, Event, Pump, StreamKind, Terminal};
-use super::reaper::{Membership, Reaper};
+use super::reaper::{Members, Membership, Reaper, Scope, SESSION_ID_VAR};
 use crate::envpolicy::EXEC_ID_VAR;
 use crate::protocol::{notification, RpcError};
 
@@ -42,8 +42,6 @@ use crate::protocol::{notification, RpcError};
 pub const RETAIN_BYTES: usize = 1 << 20;
 /// Most chunks kept per process.
 pub const RETAIN_CHUNKS: usize = 50_000;
-/// How long a closed process stays readable.
-pub const CLOSED_RETENTION: Duration = Duration::from_secs(60);
 /// Grace between TERM and KILL when a process is terminated.
 pub const TERMINATE_GRACE: Duration = Duration::from_secs(1);
 /// Longest long-poll.
@@ -135,14 +133,17 @@ impl Process {
         container: &Container,
         protection: &Protection,
         reaper: &Reaper,
-        outlet: Arc<Outlet>,
+        session: (&Scope, Arc<Outlet>),
     ) -> Result<(Arc<Process>, Started), RpcError> {
+        let (scope, outlet) = session;
         let mut command = tokio::process::Command::new(OsStr::from_bytes(spec.argv[0].as_bytes()));
         command
             .args(&spec.argv[1..])
             .current_dir(&spec.cwd)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            // The session's tag, whatever the client sent: the session reaps by it.
+            .env(SESSION_ID_VAR, OsStr::from_bytes(scope.value()))
             .kill_on_drop(false);
         if let Some(arg0) = &spec.arg0 {
             command.arg0(arg0);

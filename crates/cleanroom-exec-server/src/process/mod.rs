@@ -17,6 +17,6 @@ mod pump;
 mod reaper;
 pub mod start;
 
-pub use child::{Process, Spec, Started, CLOSED_RETENTION};
+pub use child::{Process, Spec, Started, TERMINATE_GRACE};
 pub use outlet::Outlet;
-pub use reaper::Reaper;
+pub use reaper::{Reaper, Scope};

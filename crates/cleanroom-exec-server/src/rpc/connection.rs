@@ -156,9 +156,11 @@ impl Connection {
                 (session, generation)
             }
             None => {
-                let session = shared
-                    .sessions
-                    .create(start::new_uuid()?, shared.max_sessions)?;
+                let session = shared.sessions.create(
+                    start::new_uuid()?,
+                    shared.max_sessions,
+                    shared.process_retention,
+                )?;
                 let generation = session
                     .outlet()
                     .attach(self.queue.clone())

@@ -36,6 +36,7 @@ pub struct Shared {
     pub(crate) reaper: Reaper,
     pub(crate) sessions: Registry,
     pub(crate) session_ttl: Duration,
+    pub(crate) process_retention: Duration,
     pub(crate) max_sessions: usize,
     pub(crate) max_processes: usize,
     pub(crate) allow_secret_env: bool,

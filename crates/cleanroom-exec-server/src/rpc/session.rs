@@ -1,27 +1,32 @@
 //! Sessions: the unit a client initializes, owns processes in, and may resume (spec §3, §7).
 //!
 //! Owns: the registry of sessions (bounded by `max_sessions`), each session's process table
-//! (bounded by `max_processes` unclosed processes; closed ones are forgotten 60 s after closing,
-//! or earlier when room is needed), and the end of a session, which reaps every process it has.
+//! (bounded by `max_processes` unclosed processes; closed ones are forgotten `--process-retention`
+//! (60 s) after closing, or earlier when room is needed), and the end of a session, which reaps
+//! everything it started.
 //!
 //! Invariants: a process is only reachable through its own session's table, so one client cannot
 //! touch another's processes; once a session has ended no process can be added to it (the check
-//! and the spawn happen under the table's lock); ending a session terminates every process tree,
-//! including processes that have exited but whose descendants still hold output open.
+//! and the spawn happen under the table's lock); ending a session terminates every process tree
+//! in its table, then everything carrying its tag ([`Scope`]): what a session reaps does not
+//! depend on which process records are still kept.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::task::JoinSet;
 
 use crate::environment::Environment;
-use crate::process::{Outlet, Process, Reaper, Spec, Started, CLOSED_RETENTION};
+use crate::process::{Outlet, Process, Reaper, Scope, Spec, Started, TERMINATE_GRACE};
 use crate::protocol::RpcError;
 
 /// A client session.
 pub struct Session {
     id: String,
+    scope: Scope,
     outlet: Arc<Outlet>,
+    retention: Duration,
     table: Mutex<Table>,
     fs: crate::fs::Handles,
 }
@@ -88,7 +93,7 @@ impl Session {
                 container,
                 env.protection(),
                 reaper,
-                self.outlet.clone(),
+                (&self.scope, self.outlet.clone()),
             ),
             None => Err(RpcError::internal("the server is shutting down")),
         })?;
@@ -98,12 +103,13 @@ impl Session {
         Ok((process, started))
     }
 
-    /// Forgets `process` once it has been closed for [`CLOSED_RETENTION`].
+    /// Forgets `process` once it has been closed for the retention (`--process-retention`).
     pub fn forget_later(self: &Arc<Self>, process: Arc<Process>) {
         let session = Arc::downgrade(self);
+        let retention = self.retention;
         tokio::spawn(async move {
             process.wait_closed().await;
-            tokio::time::sleep(CLOSED_RETENTION).await;
+            tokio::time::sleep(retention).await;
             if let Some(session) = session.upgrade() {
                 let mut table = session.lock();
                 if table
@@ -117,7 +123,8 @@ impl Session {
         });
     }
 
-    /// Ends the session: no more starts, and every process tree is terminated and reaped.
+    /// Ends the session: no more starts; every process tree is terminated and reaped, then
+    /// whatever else carries the session's tag.
     pub async fn end(&self, reaper: &Reaper) {
         let processes: Vec<Arc<Process>> = {
             let mut table = self.lock();
@@ -134,6 +141,14 @@ impl Session {
             });
         }
         while tasks.join_next().await.is_some() {}
+        let scope = self.scope.clone();
+        let reaper = reaper.clone();
+        let swept = tokio::task::spawn_blocking(move || {
+            reaper.terminate(&scope, TERMINATE_GRACE);
+        });
+        if let Err(e) = swept.await {
+            tracing::error!("sweeping session {}: {e}", self.id);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -149,7 +164,12 @@ pub struct Registry {
 
 impl Registry {
     /// Creates a session with a fresh id, unless `max_sessions` are open.
-    pub fn create(&self, id: String, max_sessions: usize) -> Result<Arc<Session>, RpcError> {
+    pub fn create(
+        &self,
+        id: String,
+        max_sessions: usize,
+        retention: Duration,
+    ) -> Result<Arc<Session>, RpcError> {
         let mut sessions = self.lock();
         if sessions.len() >= max_sessions {
             return Err(RpcError::invalid_request(format!(
@@ -157,7 +177,9 @@ impl Registry {
             )));
         }
         let session = Arc::new(Session {
+            scope: Scope::of_session(&id),
             id: id.clone(),
+            retention,
             outlet: Arc::new(Outlet::default()),
             table: Mutex::new(Table::default()),
             fs: crate::fs::Handles::default(),

@@ -1,6 +1,7 @@
 //! Transports (spec §1): WebSocket with a capability path, and newline-delimited stdio.
 //!
-//! Owns: accepting connections (bounded in number), the HTTP side (`GET /readyz`, the
+//! Owns: accepting connections (a small pending budget for unauthenticated ones, see
+//! `admission`; `--max-connections` for authenticated ones), the HTTP side (`GET /readyz`, the
 //! capability check with close 1008), frame size limits (close 1009 before parsing), pings, and
 //! each connection's writer, whose queue is bounded and whose sends time out when the client
 //! stops reading. It knows nothing of JSON-RPC: each connection is handed to a [`Service`]'s
@@ -13,6 +14,7 @@ use std::future::Future;
 
 use tokio::sync::mpsc;
 
+mod admission;
 mod stdio;
 mod websocket;
 
@@ -29,6 +31,8 @@ pub mod close {
     pub const POLICY: u16 = 1008;
     /// A frame or message over the limit.
     pub const TOO_BIG: u16 = 1009;
+    /// `--max-connections` authenticated connections are open.
+    pub const TRY_AGAIN_LATER: u16 = 1013;
 }
 
 /// Messages queued per connection before senders wait.
@@ -46,7 +50,7 @@ pub enum Outbound {
 /// Limits every transport applies.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Authenticated connections open at once.
+    /// Authenticated connections open at once (unauthenticated ones have their own budget).
     pub max_connections: usize,
     /// Largest message (and frame), in bytes.
     pub max_message_bytes: usize,

@@ -7,16 +7,17 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
+use super::admission::{Admission, Ticket};
 use super::{close, Limits, Outbound, Peer, Service, QUEUE};
-/// Longest time for the HTTP upgrade.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest time from accept to a shown capability (upgrade included).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Interval of server pings.
 const PING_INTERVAL: Duration = Duration::from_secs(30);
 /// How long shutdown waits for connections to end their sessions.
@@ -34,7 +35,7 @@ pub async fn serve_websocket<S: Service>(
     capability: Arc<str>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let admission = Admission::new(limits.max_connections);
     let mut connections = tokio::task::JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
@@ -46,26 +47,26 @@ pub async fn serve_websocket<S: Service>(
             Ok((tcp, _)) => tcp,
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
-                tracing::warn!("accept failed: {e}");
+                admission.warn(&format!("accept failed: {e}"));
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(
-                "connection refused: {} connections open",
-                limits.max_connections
-            );
-            continue;
-        };
+        let ticket = admission.enter();
         let service = service.clone();
         let capability = capability.clone();
         let shutdown = shutdown.clone();
+        let admission = admission.clone();
         connections.spawn(async move {
-            if let Err(e) = handle_socket(tcp, &*service, limits, &capability, shutdown).await {
+            let socket = Socket {
+                service: &*service,
+                admission: &admission,
+                limits,
+                capability: &capability,
+            };
+            if let Err(e) = socket.serve(tcp, ticket, shutdown).await {
                 tracing::debug!("connection ended: {e}");
             }
-            drop(slot);
         });
     }
     // Each connection closes with 1001 and ends its session; wait for them, boundedly.
@@ -75,34 +76,52 @@ pub async fn serve_websocket<S: Service>(
     .await;
 }
 
-async fn handle_socket<S: Service>(
-    tcp: TcpStream,
-    service: &S,
+/// What one accepted socket is served with.
+struct Socket<'a, S> {
+    service: &'a S,
+    admission: &'a Admission,
     limits: Limits,
-    capability: &str,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(), WsError> {
-    let limit = limits.max_message_bytes;
-    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, upgrade(tcp, limit));
-    let upgraded = tokio::select! {
-        upgraded = handshake => upgraded.map_err(|_| WsError::Io(std::io::ErrorKind::TimedOut.into()))??,
-        _ = shutdown.changed() => return Ok(()),
-    };
-    let Some((ws, path)) = upgraded else {
-        return Ok(());
-    };
-    if !constant_time_eq(path.as_bytes(), capability.as_bytes()) {
-        return refuse(ws).await;
-    }
-    run_websocket(ws, service, shutdown).await;
-    Ok(())
+    capability: &'a str,
 }
 
-/// Answers `GET /readyz` (`None`), or completes the WebSocket upgrade and returns the path.
+impl<S: Service> Socket<'_, S> {
+    /// Upgrade and capability check within [`HANDSHAKE_TIMEOUT`] on a pending place, then the
+    /// connection on an authenticated one.
+    async fn serve(
+        self,
+        tcp: TcpStream,
+        mut ticket: Ticket,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), WsError> {
+        let handshake = tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            upgrade(tcp, self.limits.max_message_bytes, self.capability),
+        );
+        let timed_out = || WsError::Io(std::io::ErrorKind::TimedOut.into());
+        let upgraded = tokio::select! {
+            upgraded = handshake => upgraded.map_err(|_| timed_out())??,
+            () = ticket.evicted() => return Ok(()),
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let Some(ws) = upgraded else {
+            return Ok(());
+        };
+        let Some(place) = self.admission.authenticate(ticket) else {
+            return close_now(ws, close::TRY_AGAIN_LATER, "too many connections").await;
+        };
+        run_websocket(ws, self.service, shutdown).await;
+        drop(place);
+        Ok(())
+    }
+}
+
+/// Answers `GET /readyz`, or completes the WebSocket upgrade; a wrong path is closed with 1008.
+/// Returns the authenticated socket.
 async fn upgrade(
     mut tcp: TcpStream,
     limit: usize,
-) -> Result<Option<(WebSocketStream<TcpStream>, String)>, WsError> {
+    capability: &str,
+) -> Result<Option<WebSocketStream<TcpStream>>, WsError> {
     let _ = tcp.set_nodelay(true);
     let first_line = peek_request_line(&tcp).await?;
     if first_line.starts_with("GET /readyz ") || first_line.starts_with("GET /readyz?") {
@@ -122,14 +141,22 @@ async fn upgrade(
         Ok(response)
     };
     let ws = tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(config)).await?;
-    Ok(Some((ws, path)))
+    if !constant_time_eq(path.as_bytes(), capability.as_bytes()) {
+        close_now(ws, close::POLICY, "unauthorized").await?;
+        return Ok(None);
+    }
+    Ok(Some(ws))
 }
 
-/// Completes the upgrade's aftermath for a wrong path: close 1008 `unauthorized`.
-async fn refuse(mut ws: WebSocketStream<TcpStream>) -> Result<(), WsError> {
+/// Closes a socket nothing else uses with `code`.
+async fn close_now(
+    mut ws: WebSocketStream<TcpStream>,
+    code: u16,
+    reason: &'static str,
+) -> Result<(), WsError> {
     let frame = CloseFrame {
-        code: CloseCode::from(close::POLICY),
-        reason: "unauthorized".into(),
+        code: CloseCode::from(code),
+        reason: reason.into(),
     };
     ws.close(Some(frame)).await?;
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
