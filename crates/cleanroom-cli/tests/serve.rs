@@ -538,9 +538,7 @@ async fn garbage_wrong_types_and_unknown_methods_get_the_spec_errors() {
         (-32600, "client must call initialize first")
     );
     c.initialize().await;
-    let (code, message) = c
-        .error("fs/walk", json!({"path": "file:///etc"}))
-        .await;
+    let (code, message) = c.error("fs/walk", json!({"path": "file:///etc"})).await;
     assert_eq!(code, -32601);
     assert_eq!(message, "Unsupported cleanroom exec-server method: fs/walk");
     assert_eq!(c.error("no/such", json!({})).await.0, -32601);

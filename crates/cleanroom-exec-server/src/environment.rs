@@ -17,7 +17,10 @@ use std::time::Duration;
 
 use cleanroom::contain::{ContainMode, Container, Mechanism};
 use cleanroom::env::EnvOptions;
-use cleanroom::protect::{EnforcedBy, Enforcement, ProtectMode, Protection, ProtectionRequest};
+use cleanroom::protect::{
+    Access, EnforcedBy, Enforcement, Narrowing, Network, Policy, ProtectMode, Protection,
+    ProtectionRequest, Sandbox,
+};
 use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
 use serde_json::{json, Value};
@@ -124,6 +127,7 @@ impl Environment {
             .filter(|p| p.is_absolute() && p.exists())
             .unwrap_or_else(|| PathBuf::from("/bin/sh"));
         let policy_base = policy_base(&protection, &root.layout().tmp);
+        probe_namespaces(root.path());
         Ok(Environment {
             policy_base,
             namespace,
@@ -214,6 +218,24 @@ impl Environment {
                 );
             }
         }
+    }
+}
+
+/// Has the engine ask the kernel now which namespaces per-call policies can use. It probes in a
+/// forked child once per process and caches the answer; later, the server's orphan reaper could
+/// take that child's exit status first and the probe would fail for the server's lifetime.
+/// Called before the reaper runs.
+fn probe_namespaces(root: &std::path::Path) {
+    let mut policy = Policy::new();
+    policy.rule("/", Access::Write, "namespace probe").rule(
+        root,
+        Access::Read,
+        "namespace probe (a narrowing)",
+    );
+    policy.network = Network::Loopback;
+    policy.narrowing = Narrowing::MountElseCover;
+    if let Err(e) = Sandbox::compile(&policy) {
+        tracing::info!("managed sandbox policies will be limited: {e}");
     }
 }
 
