@@ -110,17 +110,21 @@ async fn a_none_entry_cannot_be_read_and_the_most_specific_entry_wins() {
     let (ws, _) = layout(&server.work());
     std::fs::create_dir(ws.join("secret/open")).unwrap();
     let mut c = server.client().await;
+    std::fs::create_dir(ws.join("conf")).unwrap();
+    std::fs::write(ws.join("conf/prod.env"), "TOKEN=t0psecret\n").unwrap();
     let entries = |inner: &str| {
         vec![
             special("root", None, "read"),
             special("current_working_directory", None, "write"),
             path_entry(&ws.join("secret"), "none"),
             path_entry(&ws.join("secret/open"), inner),
+            json!({"access": "none", "path": {"type": "glob_pattern", "pattern": "**/*.env"}}),
         ]
     };
     let script = "cat secret/key 2>/dev/null && echo key:read || echo key:denied\n\
                   echo list:$(ls -A secret 2>/dev/null | tr '\\n' ' ')end\n\
                   echo w > secret/planted 2>/dev/null && echo plant:ok || echo plant:denied\n\
+                  cat conf/prod.env 2>/dev/null || echo env:denied\n\
                   cat readme\n\
                   echo w > made && echo cwd-write:ok\n";
     let (_, out, _) = c
@@ -135,15 +139,17 @@ async fn a_none_entry_cannot_be_read_and_the_most_specific_entry_wins() {
         "key:denied",
         "list:end",
         "plant:denied",
+        "env:denied",
         "readable",
         "cwd-write:ok",
     ] {
         assert!(out.contains(expected), "{expected} in {out:?}");
     }
     assert!(
-        !out.contains("s3cret") && !ws.join("secret/planted").exists(),
+        !out.contains("s3cret") && !out.contains("t0psecret"),
         "{out}"
     );
+    assert!(!ws.join("secret/planted").exists());
 
     // Re-exposing part of a hidden tree has no mechanism here: refused, never run unenforced.
     let params = json!({"processId": "re", "argv": ["true"], "cwd": serve_support::uri(&ws),

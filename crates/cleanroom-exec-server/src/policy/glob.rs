@@ -2,8 +2,8 @@
 //! paths that exist when the policy is built: Landlock and mounts bind inodes and paths, not
 //! patterns.
 //!
-//! Invariant: the walk is bounded ([`MAX_VISITED`] entries) and does not follow symbolic links;
-//! a pattern whose walk exceeds the bound is an error (the caller refuses the policy), never a
+//! Invariant: the walk is bounded ([`MAX_VISITED`] entries, [`MAX_MATCHES`] matches) and does
+//! not follow symbolic links; a pattern that exceeds a bound is an error (the caller refuses the policy), never a
 //! silently partial expansion. Files created later that match are not covered (as in Codex's
 //! own Linux sandbox, which expands globs at launch too).
 
@@ -11,6 +11,8 @@ use std::path::{Component, Path, PathBuf};
 
 /// Directory entries a pattern's walk may visit.
 const MAX_VISITED: usize = 50_000;
+/// Paths a pattern may match (each becomes a rule, and for `none` a mount).
+const MAX_MATCHES: usize = 1_000;
 
 /// The existing paths matching `pattern` (absolute, or relative to `cwd`).
 pub fn expand(pattern: &str, cwd: &Path) -> Result<Vec<PathBuf>, String> {
@@ -39,8 +41,12 @@ pub fn expand(pattern: &str, cwd: &Path) -> Result<Vec<PathBuf>, String> {
     }
     let mut found = Vec::new();
     let mut visited = 0;
-    walk(&base, &rest, &mut found, &mut visited)
-        .map_err(|()| format!("glob pattern {pattern:?} visits more than {MAX_VISITED} entries"))?;
+    walk(&base, &rest, &mut found, &mut visited).map_err(|()| {
+        format!(
+            "glob pattern {pattern:?} visits more than {MAX_VISITED} entries or matches more \
+             than {MAX_MATCHES}"
+        )
+    })?;
     Ok(found)
 }
 
@@ -55,6 +61,9 @@ fn walk(
     found: &mut Vec<PathBuf>,
     visited: &mut usize,
 ) -> Result<(), ()> {
+    if found.len() > MAX_MATCHES {
+        return Err(());
+    }
     let Some((first, tail)) = parts.split_first() else {
         found.push(dir.to_path_buf());
         return Ok(());
@@ -80,6 +89,9 @@ fn walk(
         } else if component_match(first, &name) {
             if tail.is_empty() {
                 found.push(path);
+                if found.len() > MAX_MATCHES {
+                    return Err(());
+                }
             } else if is_dir {
                 walk(&path, tail, found, visited)?;
             }
