@@ -1695,3 +1695,146 @@ async fn a_message_of_millions_of_tiny_values_is_refused_without_parsing_it() {
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
+
+#[tokio::test]
+async fn every_oversized_frame_reaches_the_client_as_1009_not_a_reset() {
+    let server = Server::start(&["--max-message-bytes", "4096", "--session-ttl", "0"]);
+    for round in 0..8 {
+        let mut client = server.client().await;
+        // Odd rounds: a flood of output the client has not read yet fills the connection's
+        // queue, so the close has to get past it.
+        if round % 2 == 1 {
+            let flood = format!("head -c 100000000 /dev/zero; : {}", server.marker);
+            client.start("f", &["sh", "-c", &flood], json!({})).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let (mut sink, mut stream) = client.ws.split();
+        // Bytes the server will never read (10 KiB, or 4 MiB every fourth round): the close
+        // must still arrive intact.
+        let size = if round % 4 == 2 { 4 << 20 } else { 10_000 };
+        let sending = tokio::spawn(async move {
+            let _ = sink.send(Message::text(" ".repeat(size))).await;
+            sink
+        });
+        let frame = loop {
+            match tokio::time::timeout(TIMEOUT, stream.next()).await.unwrap() {
+                Some(Ok(Message::Close(close))) => break close,
+                Some(Ok(_)) => continue,
+                other => panic!("round {round}: expected close 1009, got {other:?}"),
+            }
+        };
+        assert_eq!(u16::from(frame.unwrap().code), 1009, "round {round}");
+        drop(sending.await);
+    }
+    let c = server.client().await;
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn a_missing_program_is_a_spawn_not_found_internal_error() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    c.next_id += 1;
+    let id = json!(c.next_id);
+    let request = json!({"id": id, "method": "process/start", "params": {
+        "processId": "x", "argv": ["/nonexistent/program"], "cwd": "file:///", "env": {}}});
+    c.send_text(request.to_string()).await;
+    let response = c.response(&id).await;
+    let error = &response["error"];
+    assert_eq!(error["code"], -32603, "{response}");
+    assert_eq!(
+        error["data"],
+        json!({"kind": "spawnNotFound"}),
+        "{response}"
+    );
+    assert!(error["message"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/program"));
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn terminate_answers_running_before_the_exit_and_close_notifications() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    for round in 0..5 {
+        let id = format!("t{round}");
+        let script = format!("echo up; sleep 30; : {}", server.marker);
+        c.start(&id, &["sh", "-c", &script], json!({})).await;
+        c.output_until(&id, "up").await;
+        c.notifications.clear();
+        let reply = c
+            .call("process/terminate", json!({"processId": id}))
+            .await
+            .unwrap();
+        assert_eq!(reply, json!({"running": true}));
+        assert!(
+            c.notifications
+                .iter()
+                .all(|n| n["params"]["processId"] != id.as_str()),
+            "round {round}: notified before the reply: {:?}",
+            c.notifications
+        );
+        let events = c.until_closed(&id).await;
+        assert_eq!(events[events.len() - 2]["method"], "process/exited");
+    }
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_handled_and_answered_in_order() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let process = format!("p{i}");
+        let script = format!("read line; echo \"got $line\"; : {}", server.marker);
+        let start = json!({"processId": process, "argv": ["sh", "-c", script], "cwd": "file:///",
+            "env": {}, "pipeStdin": true});
+        let write = json!({"processId": process, "chunk": BASE64.encode(format!("{i}\n"))});
+        for (method, params) in [("process/start", start), ("process/write", write)] {
+            c.next_id += 1;
+            ids.push(c.next_id);
+            let request = json!({"id": c.next_id, "method": method, "params": params});
+            c.send_text(request.to_string()).await;
+        }
+    }
+    let mut answered = Vec::new();
+    while answered.len() < ids.len() {
+        let message = c.recv().await;
+        if message.get("method").is_some() {
+            c.notifications.push(message);
+            continue;
+        }
+        if answered.len() % 2 == 1 {
+            assert_eq!(message["result"]["status"], "accepted", "{message}");
+        } else {
+            assert!(message["result"]["processId"].is_string(), "{message}");
+        }
+        answered.push(message["id"].as_i64().unwrap());
+    }
+    assert_eq!(answered, ids, "responses in request order");
+    let mut events = Vec::new();
+    while events
+        .iter()
+        .filter(|n: &&Value| n["method"] == "process/closed")
+        .count()
+        < 20
+    {
+        events.push(c.notification().await);
+    }
+    for i in 0..20 {
+        let of: Vec<Value> = events
+            .iter()
+            .filter(|n| n["params"]["processId"] == format!("p{i}").as_str())
+            .cloned()
+            .collect();
+        assert_eq!(output_of(&of), format!("got {i}\n"));
+    }
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}

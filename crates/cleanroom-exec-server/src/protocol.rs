@@ -36,6 +36,8 @@ pub struct RpcError {
     pub code: i64,
     /// A message a person can act on.
     pub message: String,
+    /// Machine-readable detail (`{"kind": "spawnNotFound"}`), sent as `error.data`.
+    pub data: Option<Value>,
 }
 
 impl RpcError {
@@ -44,7 +46,14 @@ impl RpcError {
         RpcError {
             code,
             message: message.into(),
+            data: None,
         }
+    }
+
+    /// This error with `data: {"kind": kind}`.
+    pub fn with_kind(mut self, kind: &str) -> RpcError {
+        self.data = Some(json!({ "kind": kind }));
+        self
     }
 
     /// -32600.
@@ -199,8 +208,11 @@ pub fn result_response(id: &RequestId, result: Value) -> String {
 /// An error response as text (`id: null` when the request's id is unknown).
 pub fn error_response(id: Option<&RequestId>, error: &RpcError) -> String {
     let id = id.map_or(Value::Null, RequestId::to_value);
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": error.code, "message": error.message}})
-        .to_string()
+    let mut body = json!({"code": error.code, "message": error.message});
+    if let Some(data) = &error.data {
+        body["data"] = data.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": body}).to_string()
 }
 
 /// A notification as text.

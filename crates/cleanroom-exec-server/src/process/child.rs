@@ -118,6 +118,8 @@ pub struct Process {
     events: watch::Sender<()>,
     /// True once tokio has reaped the main process.
     reaped: watch::Sender<bool>,
+    /// While above zero, `exited` waits (a `process/terminate` reply goes out first).
+    exit_holds: watch::Sender<usize>,
     stdin_enabled: bool,
     stdin: tokio::sync::Mutex<Option<Stdin>>,
     write_ids: Mutex<(HashSet<String>, VecDeque<String>)>,
@@ -185,9 +187,7 @@ impl Process {
         }
         let mut child = {
             let mut guard = reaper.spawning();
-            let child = command.spawn().map_err(|e| {
-                RpcError::internal(format!("failed to spawn {:?}: {e}", spec.argv[0]))
-            })?;
+            let child = command.spawn().map_err(|e| spawn_error(spec, &e))?;
             if let Some(pid) = child.id() {
                 guard.own(pid as i32);
             }
@@ -241,6 +241,7 @@ impl Process {
             }),
             events: watch::channel(()).0,
             reaped: watch::channel(false).0,
+            exit_holds: watch::channel(0).0,
             stdin_enabled: spec.tty || spec.pipe_stdin,
             stdin: tokio::sync::Mutex::new(stdin),
             write_ids: Mutex::new((HashSet::new(), VecDeque::new())),
@@ -337,6 +338,7 @@ impl Process {
                     .all(|(open, drained)| !open || *drained)
                 {
                     pending_exit = None;
+                    self.exit_released().await;
                     self.publish_exit(code).await;
                     exited = true;
                 }
@@ -464,10 +466,7 @@ impl Process {
         let mut stdin = self.stdin.lock().await;
         let result = match stdin.as_mut() {
             None => return "stdinClosed",
-            Some(Stdin::Pipe(pipe)) => match pipe.write_all(data).await {
-                Ok(()) => pipe.flush().await,
-                Err(e) => Err(e),
-            },
+            Some(Stdin::Pipe(pipe)) => write_pipe(pipe, data).await,
             Some(Stdin::Pty(master)) => master.write_all(data).await,
         };
         match result {
@@ -502,6 +501,22 @@ impl Process {
                 "failed to signal process {}: {e}",
                 self.id
             ))),
+        }
+    }
+
+    /// Holds `exited` (and so `closed`) back until the hold is dropped: a `process/terminate`
+    /// takes one before it looks at the process, so its reply precedes those notifications.
+    pub fn hold_exit(self: &Arc<Self>) -> ExitHold {
+        self.exit_holds.send_modify(|n| *n += 1);
+        ExitHold(self.clone())
+    }
+
+    async fn exit_released(&self) {
+        let mut holds = self.exit_holds.subscribe();
+        while *holds.borrow_and_update() > 0 {
+            if holds.changed().await.is_err() {
+                return;
+            }
         }
     }
 
@@ -549,6 +564,29 @@ impl Process {
     }
 }
 
+/// Writes `data` to a stdin pipe: a non-blocking write first, so a write the pipe has room for
+/// finishes without waiting for the reactor (and its request is answered in order).
+async fn write_pipe(pipe: &mut ChildStdin, data: &[u8]) -> std::io::Result<()> {
+    let written = match rustix::io::write(&*pipe, data) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::AGAIN) => 0,
+        Err(e) => return Err(e.into()),
+    };
+    if written < data.len() {
+        pipe.write_all(&data[written..]).await?;
+    }
+    Ok(())
+}
+
+/// See [`Process::hold_exit`].
+pub struct ExitHold(Arc<Process>);
+
+impl Drop for ExitHold {
+    fn drop(&mut self) {
+        self.0.exit_holds.send_modify(|n| *n -= 1);
+    }
+}
+
 fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
     let budget = max_bytes
         .filter(|&b| b > 0)
@@ -581,6 +619,27 @@ fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
         "failure": null,
         "sandboxDenied": false,
     })
+}
+
+/// -32603 for a failed spawn; a missing program or cwd (ENOENT) carries `kind: spawnNotFound`,
+/// as the reference server's does.
+fn spawn_error(spec: &Spec, e: &std::io::Error) -> RpcError {
+    if e.kind() != std::io::ErrorKind::NotFound {
+        return RpcError::internal(format!("failed to spawn {:?}: {e}", spec.argv[0]));
+    }
+    let message = if spec.cwd.is_dir() {
+        format!(
+            "failed to spawn {:?}: program not found ({e})",
+            spec.argv[0]
+        )
+    } else {
+        format!(
+            "failed to spawn {:?}: process cwd {} does not exist",
+            spec.argv[0],
+            spec.cwd.display()
+        )
+    };
+    RpcError::internal(message).with_kind("spawnNotFound")
 }
 
 /// How a holder's `/proc/<pid>/fd` link names this pipe: `pipe:[<inode>]`.

@@ -1,9 +1,10 @@
 //! One client connection, whatever its transport: decoding, `initialize` and resume, method
 //! dispatch, and what happens to the session when the connection goes away (spec §1–5, §7).
 //!
-//! Invariants: every method but `initialize` is refused before it; requests run as their own
-//! tasks (at most [`INFLIGHT`] per connection, further frames wait), so a long-poll never delays
-//! another request; a connection acts on its session only while it holds the session's current
+//! Invariants: every method but `initialize` is refused before it; requests are handled and
+//! answered in arrival order, except that one that has to wait (a long-poll, a full stdin pipe,
+//! a termination) goes on as its own task (at most [`INFLIGHT`] per connection, further frames
+//! wait), so a long-poll never delays another request; a connection acts on its session only while it holds the session's current
 //! attachment generation; when the connection ends, its session is detached (resumable for
 //! `--session-ttl`) or ended at once, which reaps every process of it.
 
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Semaphore};
 
-use super::{handler, Call, Session, Shared};
+use super::{handler, Call, Handler, Parker, Session, Shared};
 use crate::process::start;
 use crate::protocol::{self, Incoming, Params, RequestId, RpcError};
 use crate::transport::{Outbound, Peer};
@@ -67,29 +68,52 @@ impl Connection {
                     self.respond(&id, Err(error)).await;
                     return;
                 };
+                self.run(handler, session, generation, id, params).await;
+            }
+        }
+    }
+
+    /// Runs one request in order: the next frame waits until it is answered, unless it parks
+    /// (see [`Call::unless_ready`]), whereupon it goes on as its own task (at most [`INFLIGHT`]).
+    async fn run(
+        self: &Arc<Self>,
+        handler: Handler,
+        session: Arc<Session>,
+        generation: u64,
+        id: RequestId,
+        params: Value,
+    ) {
+        let (parker, mut parked) = Parker::new();
+        let this = self.clone();
+        let mut answer = Box::pin(async move {
+            if session.outlet().state().1 != generation {
+                let error = RpcError::invalid_request(
+                    "this connection's session was resumed by another connection",
+                );
+                this.respond(&id, Err(error)).await;
+                return;
+            }
+            let call = Call {
+                shared: this.shared.clone(),
+                session,
+                params,
+                parker,
+            };
+            let reply = handler(call).await;
+            this.respond(&id, reply.result).await;
+            if let Some(then) = reply.then {
+                then();
+            }
+        });
+        tokio::select! {
+            biased;
+            () = &mut answer => {}
+            Ok(()) = &mut parked => {
                 let Ok(permit) = self.inflight.clone().acquire_owned().await else {
                     return;
                 };
-                let this = self.clone();
                 tokio::spawn(async move {
-                    if session.outlet().state().1 != generation {
-                        let error = RpcError::invalid_request(
-                            "this connection's session was resumed by another connection",
-                        );
-                        this.respond(&id, Err(error)).await;
-                        return;
-                    }
-                    let shared = this.shared.clone();
-                    let call = Call {
-                        shared,
-                        session,
-                        params,
-                    };
-                    let reply = handler(call).await;
-                    this.respond(&id, reply.result).await;
-                    if let Some(then) = reply.then {
-                        then();
-                    }
+                    answer.await;
                     drop(permit);
                 });
             }

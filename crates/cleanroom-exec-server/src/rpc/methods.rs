@@ -63,9 +63,10 @@ pub async fn fs(method: &'static str, c: Call) -> Result<Value, RpcError> {
     .await
 }
 
-/// `http/request`: a streamed body follows the result (see [`crate::http`]).
+/// `http/request`: a streamed body follows the result (see [`crate::http`]); later requests
+/// go on while it waits for the network.
 pub async fn http(c: Call) -> Reply {
-    match crate::http::call(&c.params).await {
+    match c.unless_ready(crate::http::call(&c.params)).await {
         Err(e) => Err(e).into(),
         Ok(reply) => Reply {
             result: Ok(reply.result),
@@ -88,7 +89,7 @@ pub async fn read(c: Call) -> Result<Value, RpcError> {
         .session
         .process(id)
         .ok_or_else(|| RpcError::invalid_request(format!("unknown process id {id}")))?;
-    Ok(process.read(after, max_bytes, wait).await)
+    Ok(c.unless_ready(process.read(after, max_bytes, wait)).await)
 }
 
 /// `process/write`.
@@ -102,7 +103,7 @@ pub async fn write(c: Call) -> Result<Value, RpcError> {
     let write_id = p.opt_string("writeId")?;
     let status = match c.session.process(id) {
         None => "unknownProcess",
-        Some(process) => process.write(&data, write_id).await,
+        Some(process) => c.unless_ready(process.write(&data, write_id)).await,
     };
     Ok(json!({"status": status}))
 }
@@ -125,13 +126,22 @@ pub async fn signal(c: Call) -> Result<Value, RpcError> {
     Ok(json!({}))
 }
 
-/// `process/terminate`: `{running}`, after the tree is reaped.
-pub async fn terminate(c: Call) -> Result<Value, RpcError> {
-    let p = Params::new(&c.params)?;
-    let id = p.string("processId")?;
-    let Some(process) = c.session.process(id) else {
-        return Ok(json!({"running": false}));
+/// `process/terminate`: `{running}`, after the tree is reaped and before `exited`.
+pub async fn terminate(c: Call) -> Reply {
+    let process = match Params::new(&c.params).and_then(|p| p.string("processId")) {
+        Err(e) => return Err(e).into(),
+        Ok(id) => c.session.process(id),
     };
-    let running = process.terminate(&c.shared.reaper, false).await?;
-    Ok(json!({"running": running}))
+    let Some(process) = process else {
+        return Ok(json!({"running": false})).into();
+    };
+    let hold = process.hold_exit();
+    let result = c
+        .unless_ready(process.terminate(&c.shared.reaper, false))
+        .await
+        .map(|running| json!({"running": running}));
+    Reply {
+        result,
+        then: Some(Box::new(move || drop(hold))),
+    }
 }

@@ -69,6 +69,46 @@ pub struct Call {
     pub session: Arc<Session>,
     /// The request's params (`{}` when absent).
     pub params: Value,
+    /// Tells the connection this request is about to wait.
+    pub(crate) parker: Parker,
+}
+
+impl Call {
+    /// Runs `work`; if it cannot finish at once (a long-poll, a full stdin pipe, a termination),
+    /// the connection is told to go on with later requests meanwhile. Requests are handled in
+    /// order, one at a time, up to such a wait.
+    pub async fn unless_ready<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        match work.as_mut().now_or_never() {
+            Some(done) => done,
+            None => {
+                self.parker.park();
+                work.await
+            }
+        }
+    }
+}
+
+/// The sending side of a request's "I am waiting" signal.
+pub(crate) struct Parker(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+
+impl Parker {
+    /// A parker and the signal the connection waits for.
+    pub(crate) fn new() -> (Parker, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Parker(std::sync::Mutex::new(Some(tx))), rx)
+    }
+
+    fn park(&self) {
+        let sender = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(sender) = sender {
+            let _ = sender.send(());
+        }
+    }
 }
 
 /// A handler's answer, and what to do once it is queued.
@@ -99,7 +139,7 @@ pub fn handler(method: &str) -> Option<Handler> {
         "process/read" => |c| answer(methods::read(c)),
         "process/write" => |c| answer(methods::write(c)),
         "process/signal" => |c| answer(methods::signal(c)),
-        "process/terminate" => |c| answer(methods::terminate(c)),
+        "process/terminate" => |c| methods::terminate(c).boxed(),
         "fs/getMetadata" => |c| answer(methods::fs("fs/getMetadata", c)),
         "fs/readFile" => |c| answer(methods::fs("fs/readFile", c)),
         "fs/writeFile" => |c| answer(methods::fs("fs/writeFile", c)),

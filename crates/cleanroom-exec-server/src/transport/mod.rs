@@ -38,13 +38,11 @@ pub mod close {
 /// Messages queued per connection before senders wait.
 pub const QUEUE: usize = 64;
 
-/// One message for a connection's writer.
+/// One message for a connection's writer (closing is the transport's own business).
 #[derive(Debug)]
 pub enum Outbound {
     /// A JSON-RPC message.
     Text(String),
-    /// Close the connection with this code and reason.
-    Close(u16, &'static str),
 }
 
 /// Limits every transport applies.

@@ -20,10 +20,7 @@ pub async fn serve_stdio<S: Service>(
     let (queue, mut outbound) = mpsc::channel::<Outbound>(QUEUE);
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
-        while let Some(message) = outbound.recv().await {
-            let Outbound::Text(text) = message else {
-                return;
-            };
+        while let Some(Outbound::Text(text)) = outbound.recv().await {
             if stdout.write_all(text.as_bytes()).await.is_err()
                 || stdout.write_all(b"\n").await.is_err()
                 || stdout.flush().await.is_err()

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
@@ -24,6 +25,8 @@ const PING_INTERVAL: Duration = Duration::from_secs(30);
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(15);
 /// Bytes fed to the socket before a flush.
 const BATCH_BYTES: usize = 1 << 20;
+/// Longest wait for a closed client to close its side.
+const LINGER: Duration = Duration::from_secs(2);
 /// A send that makes no progress for this long ends the connection (a client that never reads).
 const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -159,10 +162,7 @@ async fn close_now(
         reason: reason.into(),
     };
     ws.close(Some(frame)).await?;
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while let Some(Ok(_)) = ws.next().await {}
-    })
-    .await;
+    linger(ws.get_mut()).await;
     Ok(())
 }
 
@@ -195,76 +195,25 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+type Sink = SplitSink<WebSocketStream<TcpStream>, Message>;
+
 async fn run_websocket<S: Service>(
     ws: WebSocketStream<TcpStream>,
     service: &S,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (mut sink, mut stream) = ws.split();
-    let (queue, mut outbound) = mpsc::channel::<Outbound>(QUEUE);
-    let mut writer = tokio::spawn(async move {
-        let mut ping =
-            tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
-        loop {
-            let first = tokio::select! {
-                message = outbound.recv() => match message {
-                    Some(message) => Some(message),
-                    None => return,
-                },
-                _ = ping.tick() => None,
-            };
-            // Feed everything already queued, then flush once: one write for a burst.
-            let batch = async {
-                let mut next = match first {
-                    Some(message) => Some(message),
-                    None => {
-                        sink.feed(Message::Ping(Vec::new().into())).await?;
-                        outbound.try_recv().ok()
-                    }
-                };
-                let mut fed = 0usize;
-                while let Some(message) = next.take() {
-                    match message {
-                        Outbound::Text(text) => {
-                            fed += text.len();
-                            sink.feed(Message::text(text)).await?
-                        }
-                        Outbound::Close(code, reason) => {
-                            let frame = CloseFrame {
-                                code: CloseCode::from(code),
-                                reason: reason.into(),
-                            };
-                            // After the peer's Close this send is refused, but the flush
-                            // still delivers the reply tungstenite queued.
-                            let _ = sink.send(Message::Close(Some(frame))).await;
-                            sink.flush().await?;
-                            return Ok(false);
-                        }
-                    }
-                    if fed < BATCH_BYTES {
-                        next = outbound.try_recv().ok();
-                    }
-                }
-                sink.flush().await.map(|()| true)
-            };
-            match tokio::time::timeout(STALL_TIMEOUT, batch).await {
-                Ok(Ok(true)) => {}
-                Ok(Ok(false)) => return,
-                Ok(Err(e)) => {
-                    tracing::debug!("send failed: {e}");
-                    return;
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        "client stopped reading for {STALL_TIMEOUT:?}; closing its connection"
-                    );
-                    return;
-                }
-            }
+    let (sink, mut stream) = ws.split();
+    let (queue, outbound) = mpsc::channel::<Outbound>(QUEUE);
+    let (close_tx, close_rx) = oneshot::channel();
+    let mut writer = tokio::spawn(write(sink, outbound, close_rx));
+    let connection = service.connect(queue);
+    let mut close_tx = Some(close_tx);
+    let mut close = |code: u16, reason: &'static str| {
+        if let Some(tx) = close_tx.take() {
+            let _ = tx.send((code, reason));
         }
-    });
-    let connection = service.connect(queue.clone());
-    let mut closing = false;
+    };
+    let mut writer_done = false;
     loop {
         tokio::select! {
             frame = stream.next() => match frame {
@@ -272,16 +221,14 @@ async fn run_websocket<S: Service>(
                 Some(Ok(Message::Binary(bytes))) => connection.handle(&bytes).await,
                 Some(Ok(Message::Close(_))) => {
                     // Completes the closing handshake (tungstenite has queued the reply).
-                    let _ = queue.try_send(Outbound::Close(close::NORMAL, ""));
-                    closing = true;
+                    close(close::NORMAL, "");
                     break;
                 }
                 None => break,
                 Some(Ok(_)) => {}
                 Some(Err(WsError::Capacity(e))) => {
                     tracing::info!("closing a connection with 1009: {e}");
-                    let _ = queue.try_send(Outbound::Close(close::TOO_BIG, "message too big"));
-                    closing = true;
+                    close(close::TOO_BIG, "message too big");
                     break;
                 }
                 Some(Err(e)) => {
@@ -289,17 +236,112 @@ async fn run_websocket<S: Service>(
                     break;
                 }
             },
-            _ = &mut writer => break,
+            _ = &mut writer => {
+                writer_done = true;
+                break;
+            }
             _ = shutdown.changed() => {
-                let _ = queue.try_send(Outbound::Close(close::GOING_AWAY, "shutdown"));
-                closing = true;
+                close(close::GOING_AWAY, "shutdown");
                 break;
             }
         }
     }
-    connection.close().await;
-    if closing {
-        let _ = tokio::time::timeout(Duration::from_secs(3), &mut writer).await;
-    }
+    let closing = close_tx.is_none();
+    drop(close_tx);
+    let finish = async {
+        if writer_done {
+            return;
+        }
+        // The close frame is flushed, then the socket lingers (FIN, unread input drained), so
+        // the client reads the code instead of a reset.
+        if let Ok(Ok(sink)) = tokio::time::timeout(Duration::from_secs(3), &mut writer).await {
+            if let (true, Ok(mut ws)) = (closing, sink.reunite(stream)) {
+                linger(ws.get_mut()).await;
+            }
+        }
+    };
+    tokio::join!(connection.close(), finish);
     writer.abort();
+}
+
+/// The connection's writer: queued messages in batches, pings, and at the end the close frame
+/// (ahead of anything still queued). Returns the sink for the lingering close.
+async fn write(
+    mut sink: Sink,
+    mut outbound: mpsc::Receiver<Outbound>,
+    mut closing: oneshot::Receiver<(u16, &'static str)>,
+) -> Sink {
+    let mut ping =
+        tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+    loop {
+        let first = tokio::select! {
+            biased;
+            close = &mut closing => {
+                if let Ok((code, reason)) = close {
+                    let frame = CloseFrame { code: CloseCode::from(code), reason: reason.into() };
+                    // After the peer's Close this send is refused, but the flush still delivers
+                    // the reply tungstenite queued.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                        let _ = sink.send(Message::Close(Some(frame))).await;
+                        let _ = sink.flush().await;
+                    })
+                    .await;
+                }
+                return sink;
+            }
+            message = outbound.recv() => match message {
+                Some(message) => Some(message),
+                None => return sink,
+            },
+            _ = ping.tick() => None,
+        };
+        // Feed everything already queued, then flush once: one write for a burst.
+        let batch = async {
+            let mut next = match first {
+                Some(message) => Some(message),
+                None => {
+                    sink.feed(Message::Ping(Vec::new().into())).await?;
+                    outbound.try_recv().ok()
+                }
+            };
+            let mut fed = 0usize;
+            while let Some(Outbound::Text(text)) = next.take() {
+                fed += text.len();
+                sink.feed(Message::text(text)).await?;
+                if fed < BATCH_BYTES {
+                    next = outbound.try_recv().ok();
+                }
+            }
+            sink.flush().await
+        };
+        match tokio::time::timeout(STALL_TIMEOUT, batch).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!("send failed: {e}");
+                return sink;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "client stopped reading for {STALL_TIMEOUT:?}; closing its connection"
+                );
+                return sink;
+            }
+        }
+    }
+}
+
+/// After a close frame: FIN, then read and discard what the client still sends until it closes
+/// (bounded by [`LINGER`]); closing with unread input would reset the connection and lose the
+/// close frame on the way.
+async fn linger(tcp: &mut TcpStream) {
+    let _ = tcp.shutdown().await;
+    let mut buf = vec![0u8; 64 * 1024];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(n) = tcp.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
