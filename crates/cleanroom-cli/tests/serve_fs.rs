@@ -418,3 +418,70 @@ async fn fs_calls_are_confined_by_their_sandbox_in_the_kernel() {
     assert_eq!(plain["dataBase64"], b64("s3cret"));
     server.stop();
 }
+
+#[tokio::test]
+async fn an_ordinary_users_server_applies_patches_in_a_git_workspace_and_denies_the_rest() {
+    // A thread cannot enter a user namespace, so mutating calls whose policy needs mounts run
+    // in a forked child: a top-level file is created while `.git` stays read-only.
+    let server = Server::start_unprivileged(&[]);
+    let w = server.work();
+    let mut c = server.client().await;
+    let (ws, outside) = (w.join("ws"), w.join("outside"));
+    for dir in [&ws, &outside] {
+        ok(&mut c, "fs/createDirectory", json!({"path": uri(dir)})).await;
+    }
+    ok(
+        &mut c,
+        "fs/createDirectory",
+        json!({"path": uri(&ws.join(".git"))}),
+    )
+    .await;
+    let sandbox = workspace_write(&ws);
+    let with = |mut params: Value| {
+        params["sandbox"] = sandbox.clone();
+        params
+    };
+    let write = |path: &Path| with(json!({"path": uri(path), "dataBase64": b64("x")}));
+
+    ok(&mut c, "fs/writeFile", write(&ws.join("top.txt"))).await;
+    let nested = write(&ws.join("sub/added.txt"));
+    assert_eq!(
+        err(&mut c, "fs/writeFile", nested.clone()).await,
+        (-32004, MISSING.into())
+    );
+    ok(
+        &mut c,
+        "fs/createDirectory",
+        with(json!({"path": uri(&ws.join("sub"))})),
+    )
+    .await;
+    ok(&mut c, "fs/writeFile", nested).await;
+    ok(&mut c, "fs/copy", with(json!({"sourcePath": uri(&ws.join("sub")), "destinationPath": uri(&ws.join("sub2")), "recursive": true}))).await;
+    assert!(ws.join("sub2/added.txt").is_file());
+    ok(
+        &mut c,
+        "fs/remove",
+        with(json!({"path": uri(&ws.join("sub2"))})),
+    )
+    .await;
+    ok(
+        &mut c,
+        "fs/remove",
+        with(json!({"path": uri(&ws.join("top.txt")), "recursive": false, "force": false})),
+    )
+    .await;
+    assert!(!ws.join("sub2").exists() && !ws.join("top.txt").exists());
+    for denied in [ws.join(".git/config"), outside.join("escape")] {
+        let (code, message) = err(&mut c, "fs/writeFile", write(&denied)).await;
+        assert_eq!(code, -32600, "{}: {message}", denied.display());
+        assert!(!denied.exists(), "{} was written", denied.display());
+    }
+    let (code, _) = err(
+        &mut c,
+        "fs/createDirectory",
+        with(json!({"path": uri(&ws.join(".git/hooks"))})),
+    )
+    .await;
+    assert_eq!(code, -32600);
+    server.stop();
+}

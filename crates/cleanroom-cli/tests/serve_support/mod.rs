@@ -22,6 +22,9 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The uid (and gid) of `nobody`, for servers run as an ordinary user.
+pub const NOBODY: u32 = 65534;
+
 /// A running `cleanroom serve` with a private work dir.
 pub struct Server {
     child: Child,
@@ -32,9 +35,36 @@ pub struct Server {
 impl Server {
     /// Starts the server with `args` after `serve`.
     pub fn start(args: &[&str]) -> Server {
+        Server::start_with(args, None)
+    }
+
+    /// Starts the server as an ordinary user: as `nobody` when the test runs as root (the work
+    /// and state dirs are theirs), else as the test's own user.
+    pub fn start_unprivileged(args: &[&str]) -> Server {
+        let root = rustix::process::geteuid().is_root();
+        Server::start_with(args, root.then_some(NOBODY))
+    }
+
+    fn start_with(args: &[&str], uid: Option<u32>) -> Server {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         std::fs::create_dir(dir.path().join("work")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cleanroom"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cleanroom"));
+        if let Some(uid) = uid {
+            use std::os::unix::fs::{chown, PermissionsExt};
+            use std::os::unix::process::CommandExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::create_dir(dir.path().join("ns")).unwrap();
+            for owned in ["work", "ns"] {
+                chown(dir.path().join(owned), Some(uid), Some(uid)).unwrap();
+            }
+            std::fs::set_permissions(
+                dir.path().join("ns"),
+                std::fs::Permissions::from_mode(0o700),
+            )
+            .unwrap();
+            command.uid(uid).gid(uid).env("HOME", "/nonexistent");
+        }
+        let mut child = command
             .arg("--state-dir")
             .arg(dir.path().join("ns"))
             .arg("serve")

@@ -9,6 +9,7 @@
 //! kernel policy to itself before touching the path, so the kernel decides what it may reach;
 //! open handles ([`Handles`]) belong to one session and die with it.
 
+mod child;
 mod handles;
 mod ops;
 
@@ -19,7 +20,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use crate::policy::{self, Base};
+use crate::policy::{self, Base, Target};
+use crate::process::Reaper;
 use crate::protocol::{Params, RpcError, INTERNAL_ERROR, INVALID_REQUEST};
 use crate::uri::parse_file_uri;
 
@@ -31,12 +33,13 @@ pub const NOT_FOUND: i64 = -32004;
 /// Largest file `fs/readFile` returns.
 const MAX_READ: u64 = 512 * 1024 * 1024;
 
-/// Answers the `fs/*` call `method`.
+/// Answers the `fs/*` call `method` (`reaper`: for the child a mutating call may need).
 pub async fn call(
     method: &str,
     params: &Value,
     base: &Base,
     handles: &Handles,
+    reaper: &Reaper,
 ) -> Result<Value, RpcError> {
     let p = Params::new(params)?;
     match method {
@@ -44,8 +47,23 @@ pub async fn call(
         "fs/close" => return Ok(handles.close(p.string("handleId")?)),
         _ => {}
     }
-    let sandbox = policy::for_fs_call(&p, base)?;
+    let sandbox = policy::for_fs_call(&p, base, Target::Thread)?;
     let op = Op::parse(method, &p)?;
+    let covered = sandbox
+        .as_ref()
+        .is_some_and(|s| !s.status().no_new_entries_in.is_empty());
+    if covered && op.mutates() {
+        // The thread's Landlock cover would refuse new entries the policy allows: plan on the
+        // thread, run the plan in a child that gets the policy's mounts.
+        let forked = policy::for_fs_call(&p, base, Target::Child)?
+            .ok_or_else(|| RpcError::internal("the child policy restricts nothing"))?;
+        let steps = policy::on_thread(sandbox, move || op.plan()).await?;
+        let reaper = reaper.clone();
+        return tokio::task::spawn_blocking(move || child::run(&forked, &steps, &reaper))
+            .await
+            .map_err(|e| RpcError::internal(format!("the filesystem task failed: {e}")))?
+            .map(|()| json!({}));
+    }
     if let Op::Open { handle, path } = op {
         handles.check_new(&handle)?;
         let file = policy::on_thread(sandbox, move || ops::open(&path)).await?;
@@ -149,6 +167,56 @@ impl Op {
                     "{other} is not a filesystem method"
                 )))
             }
+        })
+    }
+
+    /// Whether the operation creates or removes directory entries.
+    fn mutates(&self) -> bool {
+        matches!(
+            self,
+            Op::WriteFile { .. } | Op::CreateDirectory { .. } | Op::Remove { .. } | Op::Copy { .. }
+        )
+    }
+
+    /// The system calls of a mutating operation, for [`child::run`] (on the confined thread:
+    /// the checks and the reads are made under the call's policy).
+    fn plan(self) -> Result<Vec<child::Step>, RpcError> {
+        use child::{c, Step};
+        Ok(match self {
+            Op::WriteFile { path, data } => vec![Step::Write(c(&path), data)],
+            Op::CreateDirectory {
+                path,
+                recursive: true,
+            } => child::mkdir_all(&path),
+            Op::CreateDirectory {
+                path,
+                recursive: false,
+            } => vec![Step::Mkdir(c(&path), false)],
+            Op::Remove {
+                path,
+                recursive,
+                force,
+            } => match ops::removal(&path, recursive, force)? {
+                ops::Removal::Nothing => Vec::new(),
+                ops::Removal::Tree => {
+                    let mut steps = Vec::new();
+                    child::remove_tree(&path, &mut steps)?;
+                    steps
+                }
+                ops::Removal::Dir => vec![Step::Rmdir(c(&path))],
+                ops::Removal::Entry => vec![Step::Unlink(c(&path))],
+            },
+            Op::Copy {
+                from,
+                to,
+                recursive,
+            } => {
+                ops::check_copy(&from, &to, recursive)?;
+                let mut steps = Vec::new();
+                child::copy_tree(&from, &to, &mut steps)?;
+                steps
+            }
+            _ => return Err(RpcError::internal("not a mutating filesystem call")),
         })
     }
 

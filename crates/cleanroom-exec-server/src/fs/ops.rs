@@ -89,16 +89,39 @@ pub fn read_directory(path: &Path) -> Result<Value, RpcError> {
     Ok(json!({ "entries": entries }))
 }
 
-/// `fs/remove`: a missing path is fine with `force`; a directory needs `recursive` unless empty.
-pub fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), RpcError> {
+/// What `fs/remove` removes.
+pub enum Removal {
+    /// Nothing (missing, with `force`).
+    Nothing,
+    /// A directory and everything in it.
+    Tree,
+    /// An (empty) directory.
+    Dir,
+    /// Anything else (a link itself, not its target).
+    Entry,
+}
+
+/// What `fs/remove` would do: a missing path is fine with `force`; a directory needs
+/// `recursive` unless empty.
+pub fn removal(path: &Path, recursive: bool, force: bool) -> Result<Removal, RpcError> {
     let meta = match fs::symlink_metadata(path) {
-        Err(e) if force && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if force && e.kind() == std::io::ErrorKind::NotFound => return Ok(Removal::Nothing),
         other => other.map_err(os_error)?,
     };
-    match (meta.is_dir(), recursive) {
-        (true, true) => fs::remove_dir_all(path),
-        (true, false) => fs::remove_dir(path),
-        (false, _) => fs::remove_file(path),
+    Ok(match (meta.is_dir(), recursive) {
+        (true, true) => Removal::Tree,
+        (true, false) => Removal::Dir,
+        (false, _) => Removal::Entry,
+    })
+}
+
+/// `fs/remove`.
+pub fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), RpcError> {
+    match removal(path, recursive, force)? {
+        Removal::Nothing => Ok(()),
+        Removal::Tree => fs::remove_dir_all(path),
+        Removal::Dir => fs::remove_dir(path),
+        Removal::Entry => fs::remove_file(path),
     }
     .map_err(os_error)
 }
@@ -106,9 +129,19 @@ pub fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), RpcError>
 /// `fs/copy`: a file, a symbolic link (as a link), or with `recursive` a directory tree, never
 /// into itself.
 pub fn copy(from: &Path, to: &Path, recursive: bool) -> Result<(), RpcError> {
+    let meta = check_copy(from, to, recursive)?;
+    match meta.is_dir() {
+        true => copy_tree(from, to),
+        false => copy_entry(from, to, &meta),
+    }
+}
+
+/// The source's metadata if `fs/copy` may copy it: missing -32004; a directory needs
+/// `recursive` and must not be copied into itself.
+pub fn check_copy(from: &Path, to: &Path, recursive: bool) -> Result<fs::Metadata, RpcError> {
     let meta = fs::symlink_metadata(from).map_err(os_error)?;
     if !meta.is_dir() {
-        return copy_entry(from, to, &meta);
+        return Ok(meta);
     }
     if !recursive {
         return Err(RpcError::invalid_request(
@@ -130,7 +163,7 @@ pub fn copy(from: &Path, to: &Path, recursive: bool) -> Result<(), RpcError> {
             "fs/copy cannot copy a directory to itself or one of its descendants",
         ));
     }
-    copy_tree(from, to)
+    Ok(meta)
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), RpcError> {

@@ -70,6 +70,8 @@ pub enum Target {
     /// root (an ordinary user's user namespace needs a single-threaded process), so narrowings
     /// are covered with Landlock alone there.
     Thread,
+    /// A child forked for one filesystem call (mounts as for a process, the host network).
+    Child,
 }
 
 /// One resolved rule.
@@ -136,9 +138,14 @@ impl Confinement {
 /// An async-signal-safe function run in the child before exec.
 pub type ChildHook = Box<dyn Fn() -> io::Result<()> + Send + Sync + 'static>;
 
-/// The sandbox an `fs/*` call runs under: its `sandbox` argument intersected with the
-/// environment's rules, or the environment's rules alone; `None` when nothing is restricted.
-pub fn for_fs_call(params: &Params<'_>, base: &Base) -> Result<Option<Sandbox>, RpcError> {
+/// The sandbox an `fs/*` call runs under on `target` ([`Target::Thread`] or [`Target::Child`]):
+/// its `sandbox` argument intersected with the environment's rules, or the environment's rules
+/// alone; `None` when nothing is restricted.
+pub fn for_fs_call(
+    params: &Params<'_>,
+    base: &Base,
+    target: Target,
+) -> Result<Option<Sandbox>, RpcError> {
     let sandbox = params.get("sandbox");
     let context = sandbox.and_then(|s| s.get("policyContext"));
     let cwd = [sandbox, context]
@@ -150,14 +157,14 @@ pub fn for_fs_call(params: &Params<'_>, base: &Base) -> Result<Option<Sandbox>, 
         None => PathBuf::from("/"),
     };
     match parse(sandbox, &cwd, &base.tmpdir)? {
-        Some(managed) => compile(&managed, base, Target::Thread).map(Some),
+        Some(managed) => compile(&managed, base, target).map(Some),
         None if base.rules.is_empty() => Ok(None),
         None => {
             let unrestricted = Managed {
                 rules: vec![rule("/", Access::Write, "unrestricted")],
                 network: Network::Host,
             };
-            compile(&unrestricted, base, Target::Thread).map(Some)
+            compile(&unrestricted, base, target).map(Some)
         }
     }
 }
@@ -451,10 +458,10 @@ fn compile(managed: &Managed, base: &Base, target: Target) -> Result<Sandbox, Rp
     let mut policy = Policy::new();
     policy.network = match target {
         Target::Process => managed.network,
-        Target::Thread => Network::Host,
+        Target::Thread | Target::Child => Network::Host,
     };
     policy.narrowing = match target {
-        Target::Process => Narrowing::MountElseCover,
+        Target::Process | Target::Child => Narrowing::MountElseCover,
         Target::Thread if rustix::process::geteuid().is_root() => Narrowing::MountElseCover,
         Target::Thread => Narrowing::Cover,
     };

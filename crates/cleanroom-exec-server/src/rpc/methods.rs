@@ -59,6 +59,7 @@ pub async fn fs(method: &'static str, c: Call) -> Result<Value, RpcError> {
         &c.params,
         c.shared.env.policy_base(),
         c.session.fs(),
+        &c.shared.reaper,
     )
     .await
 }
