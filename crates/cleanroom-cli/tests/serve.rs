@@ -1891,3 +1891,50 @@ async fn with_home_unset_protect_home_still_protects_the_passwd_home() {
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
+
+/// Whether any thread of `pid` still runs (a zombie leader with live threads is alive).
+fn has_live_thread(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_daemon_whose_main_thread_exited_dies_with_its_session() {
+    let server = Server::start(&["--session-ttl", "0"]);
+    let mut c = server.client().await;
+    // The leader thread exits, another thread runs on: the leader is a zombie, the process is
+    // alive, and its environment is readable only through the live thread.
+    let python = format!(
+        "import ctypes, threading, time\n\
+         threading.Thread(target=lambda: [time.sleep(0.1) for _ in iter(int, 1)]).start()\n\
+         ctypes.CDLL(None).pthread_exit(None)  # {}",
+        server.marker
+    );
+    let script = format!("setsid python3 -c '{python}' </dev/null >/dev/null 2>&1 & echo $!");
+    c.start("z", &["sh", "-c", &script], json!({})).await;
+    let pid = pids_in(&output_of(&c.until_closed("z").await))[0];
+    let deadline = Instant::now() + TIMEOUT;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "the leader thread never exited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(has_live_thread(pid), "a zombie leader with a live thread");
+    let run_id = c.run_id.clone();
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while has_live_thread(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "{pid} still runs after its session ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.stop(&run_id);
+}
