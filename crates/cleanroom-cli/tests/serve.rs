@@ -54,6 +54,11 @@ impl Server {
 
     /// `blocked`: start the server with TERM, INT, HUP and CHLD blocked and INT, QUIT ignored,
     /// as some supervisors and `cmd &` in scripts do.
+    /// `HOME` removed from the server's environment.
+    fn start_without_home(args: &[&str]) -> Server {
+        Server::start_with(args, &[("CLEANROOM_TEST_UNSET_HOME", "1")], false)
+    }
+
     fn start_with(args: &[&str], env: &[(&str, &str)], blocked: bool) -> Server {
         let base = Path::new("/dev/shm");
         let state = if base.is_dir() {
@@ -71,6 +76,9 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if env.iter().any(|(k, _)| *k == "CLEANROOM_TEST_UNSET_HOME") {
+            command.env_remove("HOME");
+        }
         if env.iter().any(|(k, _)| *k == "CLEANROOM_TEST_LOG") {
             let log = std::fs::File::create(state.path().join("stderr.log")).unwrap();
             command.stderr(log);
@@ -1836,5 +1844,92 @@ async fn pipelined_requests_are_handled_and_answered_in_order() {
         assert_eq!(output_of(&of), format!("got {i}\n"));
     }
     let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// The home the password database gives the current user.
+fn passwd_home() -> PathBuf {
+    // SAFETY: getpwuid returns a pointer into static storage or null; it is read at once, on
+    // this thread, before any other passwd call.
+    unsafe {
+        let entry = libc::getpwuid(libc::getuid());
+        assert!(!entry.is_null(), "no passwd entry for this uid");
+        let dir = std::ffi::CStr::from_ptr((*entry).pw_dir);
+        PathBuf::from(std::ffi::OsStr::from_encoded_bytes_unchecked(
+            dir.to_bytes(),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn with_home_unset_protect_home_still_protects_the_passwd_home() {
+    let server = Server::start_without_home(&["--protect", "home"]);
+    let mut c = server.client().await;
+    let home = passwd_home();
+    let probe = home.join(format!(".{}", server.marker));
+    let script = format!(
+        "(echo x > {}) 2>/dev/null && echo home-WRITTEN || echo home-denied",
+        probe.display()
+    );
+    c.start("w", &["sh", "-c", &script], json!({})).await;
+    let text = output_of(&c.until_closed("w").await);
+    let written = probe.exists();
+    let _ = std::fs::remove_file(&probe);
+    let info = c.call("environment/info", json!({})).await.unwrap();
+    let protection = &info["cleanroom"]["protection"];
+    assert_eq!(
+        protection["enforcement"], "full",
+        "Landlock is required for this test: {protection}"
+    );
+    assert_eq!(text, "home-denied\n", "{protection}");
+    assert!(!written);
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Whether any thread of `pid` still runs (a zombie leader with live threads is alive).
+fn has_live_thread(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_daemon_whose_main_thread_exited_dies_with_its_session() {
+    let server = Server::start(&["--session-ttl", "0"]);
+    let mut c = server.client().await;
+    // The leader thread exits, another thread runs on: the leader is a zombie, the process is
+    // alive, and its environment is readable only through the live thread.
+    let python = format!(
+        "import ctypes, threading, time\n\
+         threading.Thread(target=lambda: [time.sleep(0.1) for _ in iter(int, 1)]).start()\n\
+         ctypes.CDLL(None).pthread_exit(None)  # {}",
+        server.marker
+    );
+    let script = format!("setsid python3 -c '{python}' </dev/null >/dev/null 2>&1 & echo $!");
+    c.start("z", &["sh", "-c", &script], json!({})).await;
+    let pid = pids_in(&output_of(&c.until_closed("z").await))[0];
+    let deadline = Instant::now() + TIMEOUT;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "the leader thread never exited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(has_live_thread(pid), "a zombie leader with a live thread");
+    let run_id = c.run_id.clone();
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while has_live_thread(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "{pid} still runs after its session ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     server.stop(&run_id);
 }
