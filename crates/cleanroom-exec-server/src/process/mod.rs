@@ -6,7 +6,9 @@
 //! - `pump`: the tasks that read its output descriptors;
 //! - `pty`: the terminal of a `tty` process;
 //! - `outlet`: the session's current connection, where notifications go;
-//! - `reaper`: membership of a process tree, its termination, and orphan reaping.
+//! - `table`: a session's process records, bounded, closed ones forgotten first;
+//! - `reaper`: membership of a process tree and of a session (its scope), their termination,
+//!   and orphan reaping.
 //!
 //! Nothing here knows of connections or sessions' lifetimes: `rpc` owns those.
 
@@ -16,7 +18,9 @@ mod pty;
 mod pump;
 mod reaper;
 pub mod start;
+mod table;
 
 pub use child::{Process, Spec, Started, TERMINATE_GRACE};
 pub use outlet::Outlet;
 pub use reaper::{Reaper, Scope};
+pub use table::Table;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 
 use crate::environment::Environment;
-use crate::process::{Outlet, Process, Reaper, Scope, Spec, Started, TERMINATE_GRACE};
+use crate::process::{Outlet, Process, Reaper, Scope, Spec, Started, Table, TERMINATE_GRACE};
 use crate::protocol::RpcError;
 
 /// A client session.
@@ -29,12 +29,6 @@ pub struct Session {
     retention: Duration,
     table: Mutex<Table>,
     fs: crate::fs::Handles,
-}
-
-#[derive(Default)]
-struct Table {
-    processes: HashMap<String, Arc<Process>>,
-    ended: bool,
 }
 
 impl Session {
@@ -55,7 +49,7 @@ impl Session {
 
     /// The process `id` of this session.
     pub fn process(&self, id: &str) -> Option<Arc<Process>> {
-        self.lock().processes.get(id).cloned()
+        self.lock().get(id)
     }
 
     /// Spawns `spec` and registers it, refusing duplicates, a full table, and ended sessions.
@@ -67,26 +61,7 @@ impl Session {
         max_processes: usize,
     ) -> Result<(Arc<Process>, Started), RpcError> {
         let mut table = self.lock();
-        if table.ended {
-            return Err(RpcError::invalid_request("session has ended"));
-        }
-        if table.processes.contains_key(&spec.process_id) {
-            return Err(RpcError::invalid_request(format!(
-                "process {} already exists",
-                spec.process_id
-            )));
-        }
-        if table.processes.len() >= max_processes {
-            // Make room by forgetting closed processes before their 60 s are up.
-            table.processes.retain(|_, p| !p.is_closed());
-            if table.processes.len() >= max_processes {
-                return Err(RpcError::invalid_request(format!(
-                    "session has {} unclosed processes, the limit (--max-processes {max_processes}); \
-                     terminate or wait for some before starting more",
-                    table.processes.len()
-                )));
-            }
-        }
+        table.make_room(&spec.process_id, max_processes)?;
         let (process, started) = env.with_container(|container| match container {
             Some(container) => Process::spawn(
                 spec,
@@ -97,9 +72,7 @@ impl Session {
             ),
             None => Err(RpcError::internal("the server is shutting down")),
         })?;
-        table
-            .processes
-            .insert(spec.process_id.clone(), process.clone());
+        table.insert(process.clone());
         Ok((process, started))
     }
 
@@ -111,14 +84,7 @@ impl Session {
             process.wait_closed().await;
             tokio::time::sleep(retention).await;
             if let Some(session) = session.upgrade() {
-                let mut table = session.lock();
-                if table
-                    .processes
-                    .get(process.id())
-                    .is_some_and(|p| Arc::ptr_eq(p, &process))
-                {
-                    table.processes.remove(process.id());
-                }
+                session.lock().forget(&process);
             }
         });
     }
@@ -126,11 +92,7 @@ impl Session {
     /// Ends the session: no more starts; every process tree is terminated and reaped, then
     /// whatever else carries the session's tag.
     pub async fn end(&self, reaper: &Reaper) {
-        let processes: Vec<Arc<Process>> = {
-            let mut table = self.lock();
-            table.ended = true;
-            table.processes.values().cloned().collect()
-        };
+        let processes = self.lock().end();
         let mut tasks = JoinSet::new();
         for process in processes {
             let reaper = reaper.clone();
