@@ -35,9 +35,14 @@ pub struct ServeArgs {
     /// Working directory reported to clients [default: the current directory].
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
-    /// How long a lost connection's session stays resumable (0: its processes are reaped at once).
-    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    /// How long a lost connection's session stays resumable, its processes running and their
+    /// output kept (0: everything of the session is reaped at once).
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
     session_ttl: String,
+    /// How long a closed process stays readable before the session forgets it (what the
+    /// session reaps does not depend on it).
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    process_retention: String,
     /// Write protection (Landlock) for every process: `home` keeps the real home read-only,
     /// `strict` allows writes only inside the root, --cwd and device files.
     #[arg(long, value_enum, default_value = "home")]
@@ -65,13 +70,12 @@ pub fn main(args: ServeArgs, global: &Global) -> u8 {
         Ok(listen) => listen,
         Err(e) => return crate::fail(e),
     };
-    let session_ttl = if args.session_ttl.trim() == "0" {
-        Duration::ZERO
-    } else {
-        match cleanroom::parse_duration(&args.session_ttl) {
-            Ok(d) => d,
-            Err(e) => return crate::fail(format!("--session-ttl: {e}")),
-        }
+    let (session_ttl, process_retention) = match (
+        duration("--session-ttl", &args.session_ttl),
+        duration("--process-retention", &args.process_retention),
+    ) {
+        (Ok(ttl), Ok(retention)) => (ttl, retention),
+        (Err(e), _) | (_, Err(e)) => return crate::fail(e),
     };
     let cwd = match args
         .cwd
@@ -92,6 +96,7 @@ pub fn main(args: ServeArgs, global: &Global) -> u8 {
         namespace: global.namespace_path(),
         cwd,
         session_ttl,
+        process_retention,
         protect,
         max_message_bytes: args.max_message_bytes,
         max_sessions: args.max_sessions.max(1),
@@ -109,4 +114,12 @@ pub fn main(args: ServeArgs, global: &Global) -> u8 {
         Ok(()) => 0,
         Err(e) => crate::fail(e),
     }
+}
+
+/// A duration option; a bare `0` is zero.
+fn duration(option: &str, text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    cleanroom::parse_duration(text).map_err(|e| format!("{option}: {e}"))
 }

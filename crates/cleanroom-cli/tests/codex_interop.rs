@@ -29,59 +29,7 @@ use codex::report::Report;
 /// Steps that fail against `cleanroom serve` today, each with the reason the reference run and
 /// the recorded exchanges show. The CI test holds cleanroom to exactly this list: a step that
 /// starts failing fails the test, and so does a listed step that starts passing (remove it).
-const CLEANROOM_KNOWN_GAPS: &[(&str, &str)] = &[
-    (
-        "AGENTS.md reaches the model",
-        "fs/getMetadata and fs/readFile answer -32601: the client finds AGENTS.md with \
-         fs/getMetadata (walking up to the git root) and reads it with fs/readFile",
-    ),
-    (
-        "exec_command runs under workspace-write",
-        "process/start with Codex's managed workspace-write policy answers -32602 `filesystem \
-         sandbox restrictions cannot be enforced: this server does not apply per-process kernel \
-         policies yet`",
-    ),
-    (
-        "a write outside the workspace is denied",
-        "the command never runs: process/start -32602 as above",
-    ),
-    (
-        "a write into .git under workspace-write is denied",
-        "the command never runs: process/start -32602 as above",
-    ),
-    (
-        "exec_command keeps a terminal session open",
-        "the tty process/start answers -32602 as above",
-    ),
-    (
-        "write_stdin reaches the session",
-        "no session to write to: its process/start was refused",
-    ),
-    (
-        "apply_patch adds a file",
-        "fs/writeFile answers -32601 (the client then gives up: `Failed to write file`)",
-    ),
-    (
-        "apply_patch updates a file",
-        "fs/readFile answers -32601 (`apply_patch verification failed`)",
-    ),
-    (
-        "apply_patch deletes a file",
-        "fs/readFile answers -32601 (the client reads a file before deleting it)",
-    ),
-    (
-        "view_image's image reaches the model",
-        "fs/getMetadata answers -32601 (`unable to locate image`)",
-    ),
-    (
-        "exec_command runs under read-only",
-        "process/start with Codex's managed read-only policy answers -32602 as above",
-    ),
-    (
-        "a write under read-only is denied",
-        "the command never runs: process/start -32602 as above",
-    ),
-];
+const CLEANROOM_KNOWN_GAPS: &[(&str, &str)] = &[];
 
 #[test]
 fn codex_client_drives_cleanroom_serve() {

@@ -42,8 +42,23 @@ impl Server {
         Server::start_with(args, env, false)
     }
 
+    /// The server's stderr goes to [`Server::log`] instead of the test's.
+    fn start_logged(args: &[&str]) -> Server {
+        Server::start_with(args, &[("CLEANROOM_TEST_LOG", "1")], false)
+    }
+
+    /// What a server started with [`Server::start_logged`] wrote to stderr so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.state.path().join("stderr.log")).unwrap()
+    }
+
     /// `blocked`: start the server with TERM, INT, HUP and CHLD blocked and INT, QUIT ignored,
     /// as some supervisors and `cmd &` in scripts do.
+    /// `HOME` removed from the server's environment.
+    fn start_without_home(args: &[&str]) -> Server {
+        Server::start_with(args, &[("CLEANROOM_TEST_UNSET_HOME", "1")], false)
+    }
+
     fn start_with(args: &[&str], env: &[(&str, &str)], blocked: bool) -> Server {
         let base = Path::new("/dev/shm");
         let state = if base.is_dir() {
@@ -61,6 +76,13 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if env.iter().any(|(k, _)| *k == "CLEANROOM_TEST_UNSET_HOME") {
+            command.env_remove("HOME");
+        }
+        if env.iter().any(|(k, _)| *k == "CLEANROOM_TEST_LOG") {
+            let log = std::fs::File::create(state.path().join("stderr.log")).unwrap();
+            command.stderr(log);
+        }
         if blocked {
             use std::os::unix::process::CommandExt;
             // SAFETY: sigemptyset/sigaddset/pthread_sigmask on a stack set between fork and
@@ -524,14 +546,9 @@ async fn garbage_wrong_types_and_unknown_methods_get_the_spec_errors() {
         (-32600, "client must call initialize first")
     );
     c.initialize().await;
-    let (code, message) = c
-        .error("fs/readFile", json!({"path": "file:///etc/hostname"}))
-        .await;
+    let (code, message) = c.error("fs/walk", json!({"path": "file:///etc"})).await;
     assert_eq!(code, -32601);
-    assert_eq!(
-        message,
-        "Unsupported cleanroom exec-server method: fs/readFile"
-    );
+    assert_eq!(message, "Unsupported cleanroom exec-server method: fs/walk");
     assert_eq!(c.error("no/such", json!({})).await.0, -32601);
     assert_eq!(c.error("initialize", json!({})).await.0, -32600);
 
@@ -560,12 +577,8 @@ async fn garbage_wrong_types_and_unknown_methods_get_the_spec_errors() {
             "cannot be enforced",
         ),
         (
-            json!({"sandbox": {"permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": []}, "network": "enabled"}}}),
+            json!({"sandbox": {"permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": [{"access": "none", "path": {"type": "special", "value": {"kind": "nonesuch"}}}]}, "network": "enabled"}}}),
             "filesystem sandbox restrictions cannot be enforced",
-        ),
-        (
-            json!({"sandbox": {"permissions": {"type": "managed", "file_system": {"type": "unrestricted"}, "network": "restricted"}}}),
-            "network restrictions cannot be enforced",
         ),
     ] {
         let (code, message) = c.error("process/start", start(bad.clone())).await;
@@ -626,7 +639,11 @@ async fn output_exit_and_close_arrive_in_seq_order_after_the_start_result() {
             json!({}),
         )
         .await;
-    assert_eq!(result, json!({"processId": "p1", "sandboxType": "none"}));
+    // `--protect home` (the default) is a kernel policy: the reply says so.
+    assert_eq!(
+        result,
+        json!({"processId": "p1", "sandboxType": "linuxSeccomp"})
+    );
     assert!(
         c.notifications.is_empty(),
         "the start result precedes notifications"
@@ -1071,7 +1088,7 @@ async fn terminate_kills_a_term_resistant_tree_and_replies_after_reaping() {
 
 #[tokio::test]
 async fn socket_loss_reaps_a_term_resistant_group_and_its_setsid_child() {
-    let server = Server::start(&[]);
+    let server = Server::start(&["--session-ttl", "0"]);
     let mut c = server.client().await;
     let mut pids = start_resistant_tree(&mut c, "g", &server.marker).await;
     // A descendant that clears its environment and outlives its parent, holding stdout.
@@ -1522,5 +1539,397 @@ async fn a_server_started_with_signals_blocked_still_stops_and_its_children_star
     }
     assert_eq!(text.lines().count(), 2, "{text}");
     let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Starts a detached daemon (`setsid`, output to /dev/null) whose start closes at once; returns
+/// the daemon's pid once its process record is closed.
+async fn start_daemon(c: &mut Client, id: &str, marker: &str) -> i32 {
+    let script = format!(
+        "setsid sh -c 'while :; do sleep 0.1; done; : {marker}' </dev/null >/dev/null 2>&1 & echo $!"
+    );
+    c.start(id, &["sh", "-c", &script], json!({})).await;
+    let daemon = pids_in(&output_of(&c.until_closed(id).await))[0];
+    assert!(alive(daemon), "the daemon runs on after its start closed");
+    daemon
+}
+
+#[tokio::test]
+async fn a_daemon_whose_record_expired_dies_with_the_dropped_socket() {
+    let server = Server::start(&["--session-ttl", "0", "--process-retention", "1s"]);
+    let mut c = server.client().await;
+    let daemon = start_daemon(&mut c, "d", &server.marker).await;
+    // The closed record leaves the table after its retention.
+    loop {
+        match c.call("process/read", json!({"processId": "d"})).await {
+            Err((-32600, message)) if message.contains("unknown process") => break,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(alive(daemon));
+    let run_id = c.run_id.clone();
+    drop(c);
+    wait_dead(&[daemon], Duration::from_secs(10));
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn a_daemon_evicted_by_300_later_starts_dies_with_the_dropped_socket() {
+    let server = Server::start(&["--session-ttl", "0"]);
+    let mut c = server.client().await;
+    let daemon = start_daemon(&mut c, "d", &server.marker).await;
+    for i in 0..300 {
+        let id = format!("t{i}");
+        c.start(&id, &["true"], json!({})).await;
+        c.until_closed(&id).await;
+    }
+    // 256 records at most: the daemon's was evicted to make room.
+    let (code, _) = c.error("process/read", json!({"processId": "d"})).await;
+    assert_eq!(code, -32600);
+    assert!(alive(daemon));
+    let run_id = c.run_id.clone();
+    drop(c);
+    wait_dead(&[daemon], Duration::from_secs(10));
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn by_default_a_dropped_session_resumes_with_the_output_produced_meanwhile() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let session = c.session.clone();
+    let run_id = c.run_id.clone();
+    // The output comes only once the first socket is gone and the test says so.
+    let go = server.state.path().join("go");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; echo after detached; sleep 30; : {}",
+        go.display(),
+        server.marker
+    );
+    c.start("p", &["sh", "-c", &script], json!({})).await;
+    drop(c);
+    let mut resumed = Client::connect(&server.url).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match resumed
+            .initialize_with(json!({"resumeSessionId": session}))
+            .await
+        {
+            Ok(()) => break,
+            Err((-32010, _)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                resumed = Client::connect(&server.url).await;
+            }
+            Err(e) => panic!("resume within the default ttl failed: {e:?}"),
+        }
+    }
+    std::fs::write(&go, "").unwrap();
+    let mut text = String::new();
+    let mut cursor = 0;
+    while !text.contains("after detached") {
+        let r = resumed
+            .call(
+                "process/read",
+                json!({"processId": "p", "afterSeq": cursor, "waitMs": 2000}),
+            )
+            .await
+            .unwrap();
+        text.push_str(&output_of_read(&r));
+        cursor = r["nextSeq"].as_u64().unwrap() - 1;
+        assert!(!r["closed"].as_bool().unwrap(), "still running: {r}");
+    }
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn idle_unauthenticated_connections_neither_lock_the_client_out_nor_flood_the_log() {
+    let server = Server::start_logged(&[]);
+    let addr = server.addr();
+    // More idle sockets than --max-connections (4096): none ever sends a byte.
+    let mut idle = Vec::new();
+    for _ in 0..4150 {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    // Accepted after all of them, the real client gets in at once.
+    let mut c = server.client().await;
+    assert_eq!(
+        c.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
+    c.start("p", &["echo", "served"], json!({})).await;
+    assert_eq!(output_of(&c.until_closed("p").await), "served\n");
+    drop(idle);
+    let log = server.log();
+    let warnings = log.lines().filter(|l| l.contains("WARN")).count();
+    assert!(
+        warnings <= 2,
+        "one rate-limited warning, not a flood:\n{log}"
+    );
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// The server's peak resident memory, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_message_of_millions_of_tiny_values_is_refused_without_parsing_it() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    // 40 MiB, 20 million array elements: under --max-message-bytes, over the value budget.
+    let mut message = String::from(r#"{"id":"big","method":"environment/status","params":{"v":["#);
+    message.push_str(&"0,".repeat(20_000_000));
+    message.push_str("0]}}");
+    c.send_text(message).await;
+    let reply = c.recv().await;
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    let text = reply["error"]["message"].as_str().unwrap();
+    assert!(text.contains("JSON values"), "{text}");
+    let peak = peak_rss_kib(server.child.id());
+    assert!(peak < 256 * 1024, "server peak RSS {peak} KiB");
+    assert_eq!(
+        c.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready"
+    );
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn every_oversized_frame_reaches_the_client_as_1009_not_a_reset() {
+    let server = Server::start(&["--max-message-bytes", "4096", "--session-ttl", "0"]);
+    for round in 0..8 {
+        let mut client = server.client().await;
+        // Odd rounds: a flood of output the client has not read yet fills the connection's
+        // queue, so the close has to get past it.
+        if round % 2 == 1 {
+            let flood = format!("head -c 100000000 /dev/zero; : {}", server.marker);
+            client.start("f", &["sh", "-c", &flood], json!({})).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let (mut sink, mut stream) = client.ws.split();
+        // Bytes the server will never read (10 KiB, or 4 MiB every fourth round): the close
+        // must still arrive intact.
+        let size = if round % 4 == 2 { 4 << 20 } else { 10_000 };
+        let sending = tokio::spawn(async move {
+            let _ = sink.send(Message::text(" ".repeat(size))).await;
+            sink
+        });
+        let frame = loop {
+            match tokio::time::timeout(TIMEOUT, stream.next()).await.unwrap() {
+                Some(Ok(Message::Close(close))) => break close,
+                Some(Ok(_)) => continue,
+                other => panic!("round {round}: expected close 1009, got {other:?}"),
+            }
+        };
+        assert_eq!(u16::from(frame.unwrap().code), 1009, "round {round}");
+        drop(sending.await);
+    }
+    let c = server.client().await;
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn a_missing_program_is_a_spawn_not_found_internal_error() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    c.next_id += 1;
+    let id = json!(c.next_id);
+    let request = json!({"id": id, "method": "process/start", "params": {
+        "processId": "x", "argv": ["/nonexistent/program"], "cwd": "file:///", "env": {}}});
+    c.send_text(request.to_string()).await;
+    let response = c.response(&id).await;
+    let error = &response["error"];
+    assert_eq!(error["code"], -32603, "{response}");
+    assert_eq!(
+        error["data"],
+        json!({"kind": "spawnNotFound"}),
+        "{response}"
+    );
+    assert!(error["message"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/program"));
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn terminate_answers_running_before_the_exit_and_close_notifications() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    for round in 0..5 {
+        let id = format!("t{round}");
+        let script = format!("echo up; sleep 30; : {}", server.marker);
+        c.start(&id, &["sh", "-c", &script], json!({})).await;
+        c.output_until(&id, "up").await;
+        c.notifications.clear();
+        let reply = c
+            .call("process/terminate", json!({"processId": id}))
+            .await
+            .unwrap();
+        assert_eq!(reply, json!({"running": true}));
+        assert!(
+            c.notifications
+                .iter()
+                .all(|n| n["params"]["processId"] != id.as_str()),
+            "round {round}: notified before the reply: {:?}",
+            c.notifications
+        );
+        let events = c.until_closed(&id).await;
+        assert_eq!(events[events.len() - 2]["method"], "process/exited");
+    }
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_handled_and_answered_in_order() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let process = format!("p{i}");
+        let script = format!("read line; echo \"got $line\"; : {}", server.marker);
+        let start = json!({"processId": process, "argv": ["sh", "-c", script], "cwd": "file:///",
+            "env": {}, "pipeStdin": true});
+        let write = json!({"processId": process, "chunk": BASE64.encode(format!("{i}\n"))});
+        for (method, params) in [("process/start", start), ("process/write", write)] {
+            c.next_id += 1;
+            ids.push(c.next_id);
+            let request = json!({"id": c.next_id, "method": method, "params": params});
+            c.send_text(request.to_string()).await;
+        }
+    }
+    let mut answered = Vec::new();
+    while answered.len() < ids.len() {
+        let message = c.recv().await;
+        if message.get("method").is_some() {
+            c.notifications.push(message);
+            continue;
+        }
+        if answered.len() % 2 == 1 {
+            assert_eq!(message["result"]["status"], "accepted", "{message}");
+        } else {
+            assert!(message["result"]["processId"].is_string(), "{message}");
+        }
+        answered.push(message["id"].as_i64().unwrap());
+    }
+    assert_eq!(answered, ids, "responses in request order");
+    let mut events = Vec::new();
+    while events
+        .iter()
+        .filter(|n: &&Value| n["method"] == "process/closed")
+        .count()
+        < 20
+    {
+        events.push(c.notification().await);
+    }
+    for i in 0..20 {
+        let of: Vec<Value> = events
+            .iter()
+            .filter(|n| n["params"]["processId"] == format!("p{i}").as_str())
+            .cloned()
+            .collect();
+        assert_eq!(output_of(&of), format!("got {i}\n"));
+    }
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// The home the password database gives the current user.
+fn passwd_home() -> PathBuf {
+    // SAFETY: getpwuid returns a pointer into static storage or null; it is read at once, on
+    // this thread, before any other passwd call.
+    unsafe {
+        let entry = libc::getpwuid(libc::getuid());
+        assert!(!entry.is_null(), "no passwd entry for this uid");
+        let dir = std::ffi::CStr::from_ptr((*entry).pw_dir);
+        PathBuf::from(std::ffi::OsStr::from_encoded_bytes_unchecked(
+            dir.to_bytes(),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn with_home_unset_protect_home_still_protects_the_passwd_home() {
+    let server = Server::start_without_home(&["--protect", "home"]);
+    let mut c = server.client().await;
+    let home = passwd_home();
+    let probe = home.join(format!(".{}", server.marker));
+    let script = format!(
+        "(echo x > {}) 2>/dev/null && echo home-WRITTEN || echo home-denied",
+        probe.display()
+    );
+    c.start("w", &["sh", "-c", &script], json!({})).await;
+    let text = output_of(&c.until_closed("w").await);
+    let written = probe.exists();
+    let _ = std::fs::remove_file(&probe);
+    let info = c.call("environment/info", json!({})).await.unwrap();
+    let protection = &info["cleanroom"]["protection"];
+    assert_eq!(
+        protection["enforcement"], "full",
+        "Landlock is required for this test: {protection}"
+    );
+    assert_eq!(text, "home-denied\n", "{protection}");
+    assert!(!written);
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Whether any thread of `pid` still runs (a zombie leader with live threads is alive).
+fn has_live_thread(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_daemon_whose_main_thread_exited_dies_with_its_session() {
+    let server = Server::start(&["--session-ttl", "0"]);
+    let mut c = server.client().await;
+    // The leader thread exits, another thread runs on: the leader is a zombie, the process is
+    // alive, and its environment is readable only through the live thread.
+    let python = format!(
+        "import ctypes, threading, time\n\
+         threading.Thread(target=lambda: [time.sleep(0.1) for _ in iter(int, 1)]).start()\n\
+         ctypes.CDLL(None).pthread_exit(None)  # {}",
+        server.marker
+    );
+    let script = format!("setsid python3 -c '{python}' </dev/null >/dev/null 2>&1 & echo $!");
+    c.start("z", &["sh", "-c", &script], json!({})).await;
+    let pid = pids_in(&output_of(&c.until_closed("z").await))[0];
+    let deadline = Instant::now() + TIMEOUT;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "the leader thread never exited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(has_live_thread(pid), "a zombie leader with a live thread");
+    let run_id = c.run_id.clone();
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while has_live_thread(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "{pid} still runs after its session ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     server.stop(&run_id);
 }

@@ -7,7 +7,8 @@
 //! spawn; the write protection (`--protect`) is prepared once and applied to every process; the
 //! base environment is built from the host's with secrets dropped (unless the server
 //! allows them) and HOME/TMPDIR/XDG pinned inside the root, and carries `CLEANROOM_RUN_ID`, so
-//! `gc` can reclaim the root and kill what is left if the server is killed.
+//! `gc` can reclaim the root and kill what is left if the server is killed. The protection's
+//! rules are also kept as the [`policy::Base`] every per-call sandbox is intersected with.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,12 +17,16 @@ use std::time::Duration;
 
 use cleanroom::contain::{ContainMode, Container, Mechanism};
 use cleanroom::env::EnvOptions;
-use cleanroom::protect::{ProtectMode, Protection, ProtectionRequest};
+use cleanroom::protect::{
+    Access, EnforcedBy, Enforcement, Narrowing, Network, Policy, ProtectMode, Protection,
+    ProtectionRequest, Sandbox,
+};
 use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
 use serde_json::{json, Value};
 
-use crate::reaper::Reaper;
+use crate::policy;
+use crate::process::Reaper;
 use crate::uri::file_uri;
 use crate::Error;
 
@@ -53,6 +58,8 @@ pub struct Environment {
     mechanism: Mechanism,
     base: BTreeMap<String, String>,
     protection: Protection,
+    /// The protection's rules, for the per-call policies built on top of them.
+    policy_base: policy::Base,
     cwd: PathBuf,
     shell: PathBuf,
 }
@@ -119,7 +126,10 @@ impl Environment {
             .map(PathBuf::from)
             .filter(|p| p.is_absolute() && p.exists())
             .unwrap_or_else(|| PathBuf::from("/bin/sh"));
+        let policy_base = policy_base(&protection, &root.layout().tmp);
+        probe_namespaces(root.path());
         Ok(Environment {
+            policy_base,
             namespace,
             run_id,
             layout: root.layout().clone(),
@@ -136,6 +146,11 @@ impl Environment {
     /// The base environment of every process.
     pub fn base(&self) -> &BTreeMap<String, String> {
         &self.base
+    }
+
+    /// What every per-call policy starts from: the protection's rules and the temp dir.
+    pub fn policy_base(&self) -> &policy::Base {
+        &self.policy_base
     }
 
     /// The run id of the environment's root.
@@ -203,6 +218,44 @@ impl Environment {
                 );
             }
         }
+    }
+}
+
+/// Has the engine ask the kernel now which namespaces per-call policies can use. It probes in a
+/// forked child once per process and caches the answer; later, the server's orphan reaper could
+/// take that child's exit status first and the probe would fail for the server's lifetime.
+/// Called before the reaper runs.
+fn probe_namespaces(root: &std::path::Path) {
+    let mut policy = Policy::new();
+    policy.rule("/", Access::Write, "namespace probe").rule(
+        root,
+        Access::Read,
+        "namespace probe (a narrowing)",
+    );
+    policy.network = Network::Loopback;
+    policy.narrowing = Narrowing::MountElseCover;
+    if let Err(e) = Sandbox::compile(&policy) {
+        tracing::info!("managed sandbox policies will be limited: {e}");
+    }
+}
+
+/// The rules `protection` enforces (canonical paths; none when it is off or not enforced).
+fn policy_base(protection: &Protection, tmp: &std::path::Path) -> policy::Base {
+    let status = protection.status();
+    let enforced = status.enforcement != Enforcement::None;
+    let rules = match enforced {
+        true => status
+            .policy
+            .iter()
+            .filter(|r| r.enforced_by != EnforcedBy::Absent)
+            .map(|r| (r.path.clone(), r.access))
+            .collect(),
+        false => Vec::new(),
+    };
+    policy::Base {
+        rules,
+        enforced,
+        tmpdir: tmp.to_path_buf(),
     }
 }
 

@@ -9,7 +9,8 @@
 //!     allow_remote: false,
 //!     namespace: "/tmp/cleanroom-0".into(),
 //!     cwd: "/".into(),
-//!     session_ttl: std::time::Duration::ZERO,
+//!     session_ttl: cleanroom_exec_server::DEFAULT_SESSION_TTL,
+//!     process_retention: cleanroom_exec_server::DEFAULT_PROCESS_RETENTION,
 //!     protect: cleanroom::protect::ProtectMode::Off,
 //!     max_message_bytes: cleanroom_exec_server::DEFAULT_MAX_MESSAGE_BYTES,
 //!     max_sessions: 64,
@@ -20,36 +21,39 @@
 //! cleanroom_exec_server::run(config, |url| println!("{url}")).unwrap();
 //! ```
 //!
-//! The parts, from the wire inwards:
-//! - `transport`: WebSocket (capability path, `/readyz`, 1008/1009, pings) and stdio;
-//! - `protocol`: JSON-RPC shapes, error codes, typed params;
-//! - `connection`: `initialize`, resume, dispatch, what a lost connection does;
-//! - `session`: sessions and their process tables, with limits;
-//! - `start`, `envpolicy`, `uri`: validation of `process/start`, the child environment, file URIs;
-//! - `process`, `pty`, `outlet`: one process's pumps, seqs, retention, stdin, signals;
-//! - `reaper`: membership of a process tree, its termination, and orphan reaping;
+//! The parts, from the wire inwards (each depends only on those below it):
+//! - `server`: configuration, start and shutdown;
+//! - `transport`: WebSocket (capability path, `/readyz`, close codes, frame limits, pings) and
+//!   stdio; it hands each connection's messages to a `Service` and knows nothing of JSON-RPC;
+//! - `rpc`: connections (`initialize`, resume), sessions, and the one method table;
 //! - `environment`: the root, the containment, the write protection and the base environment;
-//! - `server`: configuration, start and shutdown.
+//! - `process`: `process/start` validation, one process's pumps, seqs, retention, stdin,
+//!   signals, terminal, and the reaping of its tree;
+//! - `fs`: the `fs/*` methods, each on a thread confined by its call's policy;
+//! - `policy`: Codex's per-call `sandbox` translated into `cleanroom::protect` (processes, fs);
+//! - `http`: `http/request` and its streamed `bodyDelta`s;
+//! - `envpolicy`, `protocol`, `uri`: the child environment, JSON-RPC shapes and error codes,
+//!   file URIs.
 //!
 //! `DESIGN.md` beside this crate's manifest draws the tasks and states the invariants.
 #![deny(missing_docs)]
 #![cfg(target_os = "linux")]
 
-mod connection;
 mod environment;
 mod envpolicy;
-mod outlet;
+mod fs;
+mod http;
+mod policy;
 mod process;
 mod protocol;
-mod pty;
-mod reaper;
+mod rpc;
 mod server;
-mod session;
-mod start;
 mod transport;
 mod uri;
 
-pub use server::{run, Config, Listen, DEFAULT_MAX_MESSAGE_BYTES};
+pub use server::{
+    run, Config, Listen, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PROCESS_RETENTION, DEFAULT_SESSION_TTL,
+};
 
 /// Why the server could not start or run.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,9 @@
 //!
 //! Invariant: every outbound message carries `"jsonrpc":"2.0"`; an inbound message is accepted
 //! with or without it; a message that is not JSON or not an object is answered with `id: null`
-//! and never closes the connection.
+//! and never closes the connection; a message with more than [`MAX_VALUES`] JSON values is
+//! refused by a scan of its bytes before any value is allocated (20 million tiny array elements
+//! would cost hundreds of MiB as `serde_json::Value`s).
 
 use serde_json::{json, Map, Value};
 
@@ -23,6 +25,10 @@ pub const INTERNAL_ERROR: i64 = -32603;
 /// Resume of a session attached to another connection.
 pub const SESSION_ATTACHED: i64 = -32010;
 
+/// Most JSON values (counted as objects, arrays and separators) in one message, as Codex's
+/// decoder budget.
+pub const MAX_VALUES: usize = 262_144;
+
 /// A JSON-RPC error value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RpcError {
@@ -30,6 +36,8 @@ pub struct RpcError {
     pub code: i64,
     /// A message a person can act on.
     pub message: String,
+    /// Machine-readable detail (`{"kind": "spawnNotFound"}`), sent as `error.data`.
+    pub data: Option<Value>,
 }
 
 impl RpcError {
@@ -38,7 +46,14 @@ impl RpcError {
         RpcError {
             code,
             message: message.into(),
+            data: None,
         }
+    }
+
+    /// This error with `data: {"kind": kind}`.
+    pub fn with_kind(mut self, kind: &str) -> RpcError {
+        self.data = Some(json!({ "kind": kind }));
+        self
     }
 
     /// -32600.
@@ -98,6 +113,14 @@ pub enum Incoming {
 
 /// Decodes one frame's bytes.
 pub fn decode(bytes: &[u8]) -> Incoming {
+    if !within_value_budget(bytes) {
+        return Incoming::Invalid(error_response(
+            None,
+            &RpcError::invalid_request(format!(
+                "invalid request: message has more than {MAX_VALUES} JSON values"
+            )),
+        ));
+    }
     let value: Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
         Err(e) => {
@@ -149,6 +172,34 @@ pub fn decode(bytes: &[u8]) -> Incoming {
     }
 }
 
+/// Whether `bytes` holds at most [`MAX_VALUES`] values: every value but the first follows a `,`
+/// or opens a container, so `{`, `[` and `,` outside strings bound the count from above.
+fn within_value_budget(bytes: &[u8]) -> bool {
+    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' | b',' => {
+                count += 1;
+                if count > MAX_VALUES {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
 /// A success response as text.
 pub fn result_response(id: &RequestId, result: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id.to_value(), "result": result}).to_string()
@@ -157,8 +208,11 @@ pub fn result_response(id: &RequestId, result: Value) -> String {
 /// An error response as text (`id: null` when the request's id is unknown).
 pub fn error_response(id: Option<&RequestId>, error: &RpcError) -> String {
     let id = id.map_or(Value::Null, RequestId::to_value);
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": error.code, "message": error.message}})
-        .to_string()
+    let mut body = json!({"code": error.code, "message": error.message});
+    if let Some(data) = &error.data {
+        body["data"] = data.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": body}).to_string()
 }
 
 /// A notification as text.
@@ -316,6 +370,23 @@ mod tests {
             panic!()
         };
         assert_eq!(error_code(&text), (json!(3), INVALID_REQUEST));
+    }
+
+    #[test]
+    fn a_message_over_the_value_budget_is_refused_before_parsing() {
+        let many = format!("[{}0]", "0,".repeat(MAX_VALUES));
+        let Incoming::Invalid(text) = decode(many.as_bytes()) else {
+            panic!("decoded")
+        };
+        assert!(text.contains("JSON values"), "{text}");
+        let commas_in_a_string = format!(
+            r#"{{"id":1,"method":"m","params":"{}"}}"#,
+            ",".repeat(MAX_VALUES)
+        );
+        assert!(matches!(
+            decode(commas_in_a_string.as_bytes()),
+            Incoming::Request { .. }
+        ));
     }
 
     #[test]

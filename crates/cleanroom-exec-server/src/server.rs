@@ -15,10 +15,15 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::environment::{Environment, EnvironmentOptions};
-use crate::reaper::Reaper;
-use crate::session::{Registry, Session};
-use crate::{transport, Error};
+use crate::process::Reaper;
+use crate::rpc::{Registry, Rpc, Shared};
+use crate::transport::{self, Limits};
+use crate::Error;
 
+/// Default `--session-ttl`: 30 s, as Codex's own exec-server.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(30);
+/// Default `--process-retention`: 60 s.
+pub const DEFAULT_PROCESS_RETENTION: Duration = Duration::from_secs(60);
 /// Default `--max-message-bytes`: 100 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
 
@@ -66,6 +71,8 @@ pub struct Config {
     pub cwd: PathBuf,
     /// `--session-ttl`: how long a lost connection's session stays resumable (0: reap at once).
     pub session_ttl: Duration,
+    /// `--process-retention`: how long a closed process stays readable (default 60 s).
+    pub process_retention: Duration,
     /// `--protect`: write protection applied to every process.
     pub protect: ProtectMode,
     /// `--max-message-bytes`.
@@ -78,27 +85,6 @@ pub struct Config {
     pub max_connections: usize,
     /// `--allow-secret-env`.
     pub allow_secret_env: bool,
-}
-
-/// State shared by every connection.
-pub struct Shared {
-    pub(crate) env: Environment,
-    pub(crate) reaper: Reaper,
-    pub(crate) sessions: Registry,
-    pub(crate) session_ttl: Duration,
-    pub(crate) max_sessions: usize,
-    pub(crate) max_processes: usize,
-    pub(crate) max_connections: usize,
-    pub(crate) max_message_bytes: usize,
-    pub(crate) allow_secret_env: bool,
-}
-
-impl Shared {
-    /// Ends `session`: it leaves the registry and every process of it is reaped.
-    pub(crate) async fn end_session(&self, session: &Arc<Session>) {
-        self.sessions.remove(session);
-        session.end(&self.reaper).await;
-    }
 }
 
 /// Runs the server until SIGTERM/SIGINT/SIGHUP (or stdin EOF with `Listen::Stdio`). `ready` receives
@@ -123,12 +109,15 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
         reaper: Reaper::default(),
         sessions: Registry::default(),
         session_ttl: config.session_ttl,
+        process_retention: config.process_retention,
         max_sessions: config.max_sessions,
         max_processes: config.max_processes,
-        max_connections: config.max_connections,
-        max_message_bytes: config.max_message_bytes,
         allow_secret_env: config.allow_secret_env,
     });
+    let limits = Limits {
+        max_connections: config.max_connections,
+        max_message_bytes: config.max_message_bytes,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -139,13 +128,18 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
             return Err(Error::Io("start the async runtime", e));
         }
     };
-    let result = runtime.block_on(serve(config.listen, shared.clone(), ready));
+    let result = runtime.block_on(serve(config.listen, shared.clone(), limits, ready));
     runtime.block_on(shutdown(&shared));
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
-async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) -> Result<(), Error> {
+async fn serve(
+    listen: Listen,
+    shared: Arc<Shared>,
+    limits: Limits,
+    ready: impl FnOnce(&str),
+) -> Result<(), Error> {
     let mut terminate =
         signal(SignalKind::terminate()).map_err(|e| Error::Io("handle SIGTERM", e))?;
     let mut interrupt =
@@ -165,12 +159,17 @@ async fn serve(listen: Listen, shared: Arc<Shared>, ready: impl FnOnce(&str)) ->
             ready(&format!("ws://{bound}{capability}"));
             tokio::spawn(transport::serve_websocket(
                 listener,
-                shared.clone(),
+                Arc::new(Rpc(shared.clone())),
+                limits,
                 capability.into(),
                 stopped,
             ))
         }
-        Listen::Stdio => tokio::spawn(transport::serve_stdio(shared.clone(), stopped)),
+        Listen::Stdio => tokio::spawn(transport::serve_stdio(
+            Arc::new(Rpc(shared.clone())),
+            limits,
+            stopped,
+        )),
     };
     let clients_done = tokio::select! {
         _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); false }

@@ -9,14 +9,7 @@ use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::mpsc;
 
-/// One message for a connection's writer.
-#[derive(Debug)]
-pub enum Outbound {
-    /// A JSON-RPC message.
-    Text(String),
-    /// Close the connection with this code and reason.
-    Close(u16, &'static str),
-}
+use crate::transport::Outbound;
 
 /// A session's current destination.
 #[derive(Debug, Default)]

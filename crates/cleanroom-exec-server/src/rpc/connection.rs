@@ -1,39 +1,25 @@
 //! One client connection, whatever its transport: decoding, `initialize` and resume, method
 //! dispatch, and what happens to the session when the connection goes away (spec §1–5, §7).
 //!
-//! Invariants: every method but `initialize` is refused before it; requests run as their own
-//! tasks (at most [`INFLIGHT`] per connection, further frames wait), so a long-poll never delays
-//! another request; a connection acts on its session only while it holds the session's current
+//! Invariants: every method but `initialize` is refused before it; requests are handled and
+//! answered in arrival order, except that one that has to wait (a long-poll, a full stdin pipe,
+//! a termination) goes on as its own task (at most [`INFLIGHT`] per connection, further frames
+//! wait), so a long-poll never delays another request; a connection acts on its session only while it holds the session's current
 //! attachment generation; when the connection ends, its session is detached (resumable for
 //! `--session-ttl`) or ended at once, which reaps every process of it.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::outlet::Outbound;
+use super::{handler, Call, Handler, Parker, Session, Shared};
+use crate::process::start;
 use crate::protocol::{self, Incoming, Params, RequestId, RpcError};
-use crate::server::Shared;
-use crate::session::Session;
-use crate::start::{self, EnvContext};
+use crate::transport::{Outbound, Peer};
 
 /// Requests of one connection running at once.
 pub const INFLIGHT: usize = 64;
-
-/// Methods this server answers (everything else is -32601, the fs methods included).
-const METHODS: &[&str] = &[
-    "environment/info",
-    "environment/status",
-    "process/start",
-    "process/read",
-    "process/write",
-    "process/signal",
-    "process/terminate",
-];
 
 /// A connected client.
 pub struct Connection {
@@ -69,25 +55,65 @@ impl Connection {
                     self.respond(&id, result).await;
                     return;
                 }
-                if !METHODS.contains(&method.as_str()) {
+                let Some(handler) = handler(&method) else {
                     let error = RpcError::new(
                         protocol::METHOD_NOT_FOUND,
                         format!("Unsupported cleanroom exec-server method: {method}"),
                     );
                     self.respond(&id, Err(error)).await;
                     return;
-                }
+                };
                 let Some((session, generation)) = self.binding() else {
                     let error = RpcError::invalid_request("client must call initialize first");
                     self.respond(&id, Err(error)).await;
                     return;
                 };
+                self.run(handler, session, generation, id, params).await;
+            }
+        }
+    }
+
+    /// Runs one request in order: the next frame waits until it is answered, unless it parks
+    /// (see [`Call::unless_ready`]), whereupon it goes on as its own task (at most [`INFLIGHT`]).
+    async fn run(
+        self: &Arc<Self>,
+        handler: Handler,
+        session: Arc<Session>,
+        generation: u64,
+        id: RequestId,
+        params: Value,
+    ) {
+        let (parker, mut parked) = Parker::new();
+        let this = self.clone();
+        let mut answer = Box::pin(async move {
+            if session.outlet().state().1 != generation {
+                let error = RpcError::invalid_request(
+                    "this connection's session was resumed by another connection",
+                );
+                this.respond(&id, Err(error)).await;
+                return;
+            }
+            let call = Call {
+                shared: this.shared.clone(),
+                session,
+                params,
+                parker,
+            };
+            let reply = handler(call).await;
+            this.respond(&id, reply.result).await;
+            if let Some(then) = reply.then {
+                then();
+            }
+        });
+        tokio::select! {
+            biased;
+            () = &mut answer => {}
+            Ok(()) = &mut parked => {
                 let Ok(permit) = self.inflight.clone().acquire_owned().await else {
                     return;
                 };
-                let this = self.clone();
                 tokio::spawn(async move {
-                    this.call(session, generation, id, &method, params).await;
+                    answer.await;
                     drop(permit);
                 });
             }
@@ -154,9 +180,11 @@ impl Connection {
                 (session, generation)
             }
             None => {
-                let session = shared
-                    .sessions
-                    .create(start::new_uuid()?, shared.max_sessions)?;
+                let session = shared.sessions.create(
+                    start::new_uuid()?,
+                    shared.max_sessions,
+                    shared.process_retention,
+                )?;
                 let generation = session
                     .outlet()
                     .attach(self.queue.clone())
@@ -167,72 +195,6 @@ impl Connection {
         let result = json!({"sessionId": session.id(), "environmentInfo": shared.env.info()});
         *binding = Some((session, generation));
         Ok(result)
-    }
-
-    async fn call(
-        &self,
-        session: Arc<Session>,
-        generation: u64,
-        id: RequestId,
-        method: &str,
-        params: Value,
-    ) {
-        if session.outlet().state().1 != generation {
-            let error = RpcError::invalid_request(
-                "this connection's session was resumed by another connection",
-            );
-            self.respond(&id, Err(error)).await;
-            return;
-        }
-        let shared = &self.shared;
-        let result = match method {
-            "environment/info" => Ok(shared.env.info()),
-            "environment/status" => Ok(json!({"status": "ready"})),
-            "process/start" => return self.start(&session, &id, &params).await,
-            "process/read" => read(&session, &params).await,
-            "process/write" => write(&session, &params).await,
-            "process/signal" => signal(&session, &params),
-            "process/terminate" => match Params::new(&params).and_then(|p| p.string("processId")) {
-                Err(e) => Err(e),
-                Ok(pid) => match session.process(pid) {
-                    None => Ok(json!({"running": false})),
-                    Some(process) => process
-                        .terminate(&shared.reaper, false)
-                        .await
-                        .map(|running| json!({"running": running})),
-                },
-            },
-            _ => Err(RpcError::new(
-                protocol::METHOD_NOT_FOUND,
-                format!("Unsupported cleanroom exec-server method: {method}"),
-            )),
-        };
-        self.respond(&id, result).await;
-    }
-
-    /// `process/start`: the response is queued before the process's pumps start, so it
-    /// precedes every notification of the process.
-    async fn start(&self, session: &Arc<Session>, id: &RequestId, params: &Value) {
-        let shared = &self.shared;
-        let context = EnvContext {
-            base: shared.env.base(),
-            allow_secret_env: shared.allow_secret_env,
-            run_id: shared.env.run_id(),
-        };
-        let started = start::validate(params, &context).and_then(|spec| {
-            session
-                .start(&spec, &shared.env, &shared.reaper, shared.max_processes)
-                .map(|(process, started)| (spec, process, started))
-        });
-        match started {
-            Err(e) => self.respond(id, Err(e)).await,
-            Ok((spec, process, started)) => {
-                let result = json!({"processId": spec.process_id, "sandboxType": "none"});
-                self.respond(id, Ok(result)).await;
-                process.begin(started, shared.reaper.clone());
-                session.forget_later(process);
-            }
-        }
     }
 
     async fn respond(&self, id: &RequestId, result: Result<Value, RpcError>) {
@@ -248,46 +210,12 @@ impl Connection {
     }
 }
 
-async fn read(session: &Session, params: &Value) -> Result<Value, RpcError> {
-    let p = Params::new(params)?;
-    let id = p.string("processId")?;
-    let after = p.opt_u64("afterSeq")?.unwrap_or(0);
-    let max_bytes = p.opt_u64("maxBytes")?;
-    let wait = Duration::from_millis(p.opt_u64("waitMs")?.unwrap_or(0));
-    let process = session
-        .process(id)
-        .ok_or_else(|| RpcError::invalid_request(format!("unknown process id {id}")))?;
-    Ok(process.read(after, max_bytes, wait).await)
-}
-
-async fn write(session: &Session, params: &Value) -> Result<Value, RpcError> {
-    let p = Params::new(params)?;
-    let id = p.string("processId")?;
-    let chunk = p.string("chunk")?;
-    let data = BASE64
-        .decode(chunk)
-        .map_err(|e| RpcError::invalid_params(format!("chunk must be base64: {e}")))?;
-    let write_id = p.opt_string("writeId")?;
-    let status = match session.process(id) {
-        None => "unknownProcess",
-        Some(process) => process.write(&data, write_id).await,
-    };
-    Ok(json!({"status": status}))
-}
-
-fn signal(session: &Session, params: &Value) -> Result<Value, RpcError> {
-    let p = Params::new(params)?;
-    let id = p.string("processId")?;
-    match p.string("signal")? {
-        "interrupt" => {}
-        other => {
-            return Err(RpcError::invalid_params(format!(
-                "signal {other:?} is not supported; the only signal is \"interrupt\""
-            )))
-        }
+impl Peer for Arc<Connection> {
+    async fn handle(&self, message: &[u8]) {
+        Connection::handle(self, message).await;
     }
-    if let Some(process) = session.process(id) {
-        process.interrupt()?;
+
+    async fn close(&self) {
+        Connection::close(self).await;
     }
-    Ok(json!({}))
 }

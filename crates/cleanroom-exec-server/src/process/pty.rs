@@ -90,15 +90,14 @@ impl Master {
         }
     }
 
-    /// Writes all of `data` to the terminal (the child's input).
+    /// Writes all of `data` to the terminal (the child's input). The write is tried before
+    /// any wait, so one the terminal has room for finishes at once.
     pub async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
-            let mut guard = self.fd.writable().await?;
-            match guard.try_io(|fd| rustix::io::write(fd.get_ref(), data).map_err(io::Error::from))
-            {
-                Ok(Ok(n)) => data = &data[n..],
-                Ok(Err(e)) => return Err(e),
-                Err(_would_block) => continue,
+            match rustix::io::write(self.fd.get_ref(), data) {
+                Ok(n) => data = &data[n..],
+                Err(rustix::io::Errno::AGAIN) => self.fd.writable().await?.clear_ready(),
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())

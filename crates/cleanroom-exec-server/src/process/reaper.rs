@@ -2,8 +2,8 @@
 //! children with tokio.
 //!
 //! Owns: the set of pids tokio is waiting for, reaping of every other exited child (orphans that
-//! re-parented to the server), and the blocking TERM → grace → KILL loop over one process's
-//! members.
+//! re-parented to the server), the blocking TERM → grace → KILL loop over a set of members, and
+//! the two membership rules: one process's ([`Membership`]) and one session's ([`Scope`]).
 //!
 //! Invariants: `waitpid(-1)` is never called; a pid in the tokio set is never reaped here; a pid
 //! enters the set under the same lock as its spawn and the orphan scan, so a child that exits
@@ -39,9 +39,9 @@ impl Reaper {
         cleanroom::contain::reap_orphans(&|pid| owned.contains(&pid));
     }
 
-    /// TERM to every member of one process, `grace` for them to go, then KILL until none is
-    /// left (blocking: call from `spawn_blocking`). Returns what needed SIGKILL.
-    pub fn terminate(&self, members: &Membership, grace: Duration) -> Vec<ProcessInfo> {
+    /// TERM to every member, `grace` for them to go, then KILL until none is left (blocking:
+    /// call from `spawn_blocking`). Returns what needed SIGKILL.
+    pub fn terminate(&self, members: &dyn Members, grace: Duration) -> Vec<ProcessInfo> {
         cleanroom::contain::terminate_set(
             &mut cleanroom::contain::Listed {
                 members: &mut || members.current(),
@@ -68,6 +68,86 @@ impl SpawnGuard<'_> {
     }
 }
 
+/// A set of processes defined by a rule, listed afresh on every look.
+pub trait Members {
+    /// The living members now.
+    fn current(&self) -> Vec<ProcessInfo>;
+}
+
+/// Everything one session started, whatever became of its process records: every descendant of
+/// the server whose environment carries `CLEANROOM_SESSION_ID=<session id>` (a detached daemon
+/// of a process the table forgot long ago included).
+///
+/// Liveness: a zombie thread-group leader whose other threads still run is alive (it still
+/// runs code); its environment is read through a live thread.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    /// `CLEANROOM_SESSION_ID=<id>`, exactly as in the environment.
+    pub env_entry: Vec<u8>,
+}
+
+/// The session tag every process of a session carries.
+pub const SESSION_ID_VAR: &str = "CLEANROOM_SESSION_ID";
+
+impl Scope {
+    /// The scope of session `id`.
+    pub fn of_session(id: &str) -> Scope {
+        Scope {
+            env_entry: format!("{SESSION_ID_VAR}={id}").into_bytes(),
+        }
+    }
+
+    /// The tag's value.
+    pub fn value(&self) -> &[u8] {
+        &self.env_entry[SESSION_ID_VAR.len() + 1..]
+    }
+}
+
+impl Members for Scope {
+    fn current(&self) -> Vec<ProcessInfo> {
+        let server = std::process::id() as i32;
+        let mut stack = process::children(server);
+        let mut seen: HashSet<i32> = HashSet::new();
+        let mut members = Vec::new();
+        while let Some(pid) = stack.pop() {
+            if !seen.insert(pid) {
+                continue;
+            }
+            stack.extend(process::children(pid));
+            let Some(thread) = running_thread(pid) else {
+                continue;
+            };
+            let environ = std::fs::read(format!("/proc/{pid}/task/{thread}/environ"));
+            let tagged = environ.is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|e| e == self.env_entry.as_slice())
+            });
+            if let (true, Some(id)) = (tagged, ProcessId::of(pid)) {
+                members.push(process::describe(id));
+            }
+        }
+        members
+    }
+}
+
+/// A thread of `pid` that is not a zombie: the leader itself, or, for a zombie leader, one of
+/// its live threads. `None` when the whole process has exited.
+fn running_thread(pid: i32) -> Option<i32> {
+    if !process::is_dead_or_zombie(pid) {
+        return Some(pid);
+    }
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).is_ok_and(|stat| {
+                let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+                !state.starts_with('Z') && !state.starts_with('X')
+            })
+        })
+}
+
 /// Who belongs to one started process: its main process while it lives, that process's
 /// descendants, and every descendant of the server that carries its `CLEANROOM_EXEC_ID` (setsid
 /// and double-forked children that re-parented to the server) or holds one of its output
@@ -82,9 +162,8 @@ pub struct Membership {
     pub output_links: Vec<Vec<u8>>,
 }
 
-impl Membership {
-    /// The living members now.
-    pub fn current(&self) -> Vec<ProcessInfo> {
+impl Members for Membership {
+    fn current(&self) -> Vec<ProcessInfo> {
         let server = std::process::id() as i32;
         let mut ids: Vec<ProcessId> = Vec::new();
         if process::still_alive(self.main) {
@@ -102,7 +181,9 @@ impl Membership {
         }
         ids.into_iter().map(process::describe).collect()
     }
+}
 
+impl Membership {
     fn holds_output(&self, pid: i32) -> bool {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             return false;

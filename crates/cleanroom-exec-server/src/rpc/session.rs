@@ -1,36 +1,34 @@
 //! Sessions: the unit a client initializes, owns processes in, and may resume (spec §3, §7).
 //!
 //! Owns: the registry of sessions (bounded by `max_sessions`), each session's process table
-//! (bounded by `max_processes` unclosed processes; closed ones are forgotten 60 s after closing,
-//! or earlier when room is needed), and the end of a session, which reaps every process it has.
+//! (bounded by `max_processes` unclosed processes; closed ones are forgotten `--process-retention`
+//! (60 s) after closing, or earlier when room is needed), and the end of a session, which reaps
+//! everything it started.
 //!
 //! Invariants: a process is only reachable through its own session's table, so one client cannot
 //! touch another's processes; once a session has ended no process can be added to it (the check
-//! and the spawn happen under the table's lock); ending a session terminates every process tree,
-//! including processes that have exited but whose descendants still hold output open.
+//! and the spawn happen under the table's lock); ending a session terminates every process tree
+//! in its table, then everything carrying its tag ([`Scope`]): what a session reaps does not
+//! depend on which process records are still kept.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::task::JoinSet;
 
 use crate::environment::Environment;
-use crate::outlet::Outlet;
-use crate::process::{Process, Spec, Started, CLOSED_RETENTION};
+use crate::process::{Outlet, Process, Reaper, Scope, Spec, Started, Table, TERMINATE_GRACE};
 use crate::protocol::RpcError;
-use crate::reaper::Reaper;
 
 /// A client session.
 pub struct Session {
     id: String,
+    scope: Scope,
     outlet: Arc<Outlet>,
+    retention: Duration,
     table: Mutex<Table>,
-}
-
-#[derive(Default)]
-struct Table {
-    processes: HashMap<String, Arc<Process>>,
-    ended: bool,
+    fs: crate::fs::Handles,
 }
 
 impl Session {
@@ -44,9 +42,14 @@ impl Session {
         &self.outlet
     }
 
+    /// The session's open files (`fs/open`).
+    pub fn fs(&self) -> &crate::fs::Handles {
+        &self.fs
+    }
+
     /// The process `id` of this session.
     pub fn process(&self, id: &str) -> Option<Arc<Process>> {
-        self.lock().processes.get(id).cloned()
+        self.lock().get(id)
     }
 
     /// Spawns `spec` and registers it, refusing duplicates, a full table, and ended sessions.
@@ -58,68 +61,38 @@ impl Session {
         max_processes: usize,
     ) -> Result<(Arc<Process>, Started), RpcError> {
         let mut table = self.lock();
-        if table.ended {
-            return Err(RpcError::invalid_request("session has ended"));
-        }
-        if table.processes.contains_key(&spec.process_id) {
-            return Err(RpcError::invalid_request(format!(
-                "process {} already exists",
-                spec.process_id
-            )));
-        }
-        if table.processes.len() >= max_processes {
-            // Make room by forgetting closed processes before their 60 s are up.
-            table.processes.retain(|_, p| !p.is_closed());
-            if table.processes.len() >= max_processes {
-                return Err(RpcError::invalid_request(format!(
-                    "session has {} unclosed processes, the limit (--max-processes {max_processes}); \
-                     terminate or wait for some before starting more",
-                    table.processes.len()
-                )));
-            }
-        }
+        table.make_room(&spec.process_id, max_processes)?;
         let (process, started) = env.with_container(|container| match container {
             Some(container) => Process::spawn(
                 spec,
                 container,
                 env.protection(),
                 reaper,
-                self.outlet.clone(),
+                (&self.scope, self.outlet.clone()),
             ),
             None => Err(RpcError::internal("the server is shutting down")),
         })?;
-        table
-            .processes
-            .insert(spec.process_id.clone(), process.clone());
+        table.insert(process.clone());
         Ok((process, started))
     }
 
-    /// Forgets `process` once it has been closed for [`CLOSED_RETENTION`].
+    /// Forgets `process` once it has been closed for the retention (`--process-retention`).
     pub fn forget_later(self: &Arc<Self>, process: Arc<Process>) {
         let session = Arc::downgrade(self);
+        let retention = self.retention;
         tokio::spawn(async move {
             process.wait_closed().await;
-            tokio::time::sleep(CLOSED_RETENTION).await;
+            tokio::time::sleep(retention).await;
             if let Some(session) = session.upgrade() {
-                let mut table = session.lock();
-                if table
-                    .processes
-                    .get(process.id())
-                    .is_some_and(|p| Arc::ptr_eq(p, &process))
-                {
-                    table.processes.remove(process.id());
-                }
+                session.lock().forget(&process);
             }
         });
     }
 
-    /// Ends the session: no more starts, and every process tree is terminated and reaped.
+    /// Ends the session: no more starts; every process tree is terminated and reaped, then
+    /// whatever else carries the session's tag.
     pub async fn end(&self, reaper: &Reaper) {
-        let processes: Vec<Arc<Process>> = {
-            let mut table = self.lock();
-            table.ended = true;
-            table.processes.values().cloned().collect()
-        };
+        let processes = self.lock().end();
         let mut tasks = JoinSet::new();
         for process in processes {
             let reaper = reaper.clone();
@@ -130,6 +103,14 @@ impl Session {
             });
         }
         while tasks.join_next().await.is_some() {}
+        let scope = self.scope.clone();
+        let reaper = reaper.clone();
+        let swept = tokio::task::spawn_blocking(move || {
+            reaper.terminate(&scope, TERMINATE_GRACE);
+        });
+        if let Err(e) = swept.await {
+            tracing::error!("sweeping session {}: {e}", self.id);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -145,7 +126,12 @@ pub struct Registry {
 
 impl Registry {
     /// Creates a session with a fresh id, unless `max_sessions` are open.
-    pub fn create(&self, id: String, max_sessions: usize) -> Result<Arc<Session>, RpcError> {
+    pub fn create(
+        &self,
+        id: String,
+        max_sessions: usize,
+        retention: Duration,
+    ) -> Result<Arc<Session>, RpcError> {
         let mut sessions = self.lock();
         if sessions.len() >= max_sessions {
             return Err(RpcError::invalid_request(format!(
@@ -153,9 +139,12 @@ impl Registry {
             )));
         }
         let session = Arc::new(Session {
+            scope: Scope::of_session(&id),
             id: id.clone(),
+            retention,
             outlet: Arc::new(Outlet::default()),
             table: Mutex::new(Table::default()),
+            fs: crate::fs::Handles::default(),
         });
         sessions.insert(id, session.clone());
         Ok(session)

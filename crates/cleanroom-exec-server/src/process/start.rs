@@ -1,7 +1,8 @@
 //! Validation of `process/start` (spec §5 "process/start").
 //!
-//! Owns: turning the request's params into a [`Spec`] or a -32602 error that names the field, and
-//! refusing every per-process restriction this server cannot enforce.
+//! Owns: turning the request's params into a [`Spec`] or a -32602 error that names the field: its
+//! environment ([`crate::envpolicy`]) and its confinement ([`crate::policy`]: a managed sandbox
+//! is enforced by the kernel, what cannot be enforced is refused, never run unenforced).
 //!
 //! Invariant: validation is complete before anything is spawned; a request that fails here has no
 //! side effect and emits no notification.
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::envpolicy::{self, EnvPolicy, EXEC_ID_VAR};
+use crate::policy::{self, Confinement};
 use crate::process::Spec;
 use crate::protocol::{self, Params, RpcError};
 use crate::uri::parse_file_uri;
@@ -23,11 +25,13 @@ pub struct EnvContext<'a> {
     pub allow_secret_env: bool,
     /// The server's run id (every child carries it, so gc finds orphans of a killed server).
     pub run_id: &'a str,
+    /// What every process's policy is intersected with.
+    pub policy: &'a policy::Base,
 }
 
-/// Why managed restrictions are refused for now.
-const NO_KERNEL_POLICY: &str =
-    "this server does not apply per-process kernel policies yet (cleanroom protect is pending)";
+/// Why managed network proxies are refused.
+const NO_MANAGED_NETWORK: &str =
+    "this server has no network proxy; `network: restricted` (loopback only) is enforced instead";
 
 /// Validates `params` into a [`Spec`].
 pub fn validate(params: &Value, ctx: &EnvContext<'_>) -> Result<Spec, RpcError> {
@@ -78,10 +82,9 @@ pub fn validate(params: &Value, ctx: &EnvContext<'_>) -> Result<Spec, RpcError> 
     }
     if p.bool_or("enforceManagedNetwork", false)? || p.get("managedNetwork").is_some() {
         return Err(RpcError::invalid_params(format!(
-            "managed network restrictions cannot be enforced: {NO_KERNEL_POLICY}"
+            "managed network restrictions cannot be enforced: {NO_MANAGED_NETWORK}"
         )));
     }
-    check_sandbox(p.get("sandbox"))?;
     let exec_id = new_uuid()?;
     let env = policy.apply(
         ctx.base,
@@ -92,7 +95,14 @@ pub fn validate(params: &Value, ctx: &EnvContext<'_>) -> Result<Spec, RpcError> 
             (cleanroom::env::RUN_ID_VAR, ctx.run_id),
         ],
     );
+    let tmpdir = env
+        .get("TMPDIR")
+        .map(std::path::PathBuf::from)
+        .filter(|t| t.is_absolute())
+        .unwrap_or_else(|| ctx.policy.tmpdir.clone());
+    let confinement = Confinement::for_process(p.get("sandbox"), &cwd, &tmpdir, ctx.policy)?;
     Ok(Spec {
+        confinement,
         process_id: process_id.to_string(),
         argv,
         arg0,
@@ -102,66 +112,6 @@ pub fn validate(params: &Value, ctx: &EnvContext<'_>) -> Result<Spec, RpcError> 
         tty,
         pipe_stdin,
     })
-}
-
-/// Accepts `disabled`/`external` permissions and managed ones that restrict nothing; refuses a
-/// restricted filesystem or network, which this server cannot enforce per process yet.
-fn check_sandbox(sandbox: Option<&Value>) -> Result<(), RpcError> {
-    let Some(sandbox) = sandbox else {
-        return Ok(());
-    };
-    let sandbox =
-        Params::new(sandbox).map_err(|_| RpcError::invalid_params("sandbox must be an object"))?;
-    let Some(permissions) = sandbox.get("permissions") else {
-        return Ok(());
-    };
-    let permissions = Params::new(permissions)
-        .map_err(|_| RpcError::invalid_params("sandbox.permissions must be an object"))?;
-    let kind = permissions
-        .string("type")
-        .map_err(|_| RpcError::invalid_params("sandbox.permissions.type must be a string"))?;
-    match kind {
-        "disabled" | "external" => Ok(()),
-        "managed" => {
-            let file_system = permissions
-                .get("file_system")
-                .or_else(|| permissions.get("fileSystem"));
-            if let Some(fs) = file_system {
-                let fs_kind = fs.get("type").and_then(Value::as_str).ok_or_else(|| {
-                    RpcError::invalid_params(
-                        "sandbox.permissions.file_system.type must be a string",
-                    )
-                })?;
-                match fs_kind {
-                    "unrestricted" => {}
-                    "restricted" => {
-                        return Err(RpcError::invalid_params(format!(
-                            "filesystem sandbox restrictions cannot be enforced: {NO_KERNEL_POLICY}"
-                        )))
-                    }
-                    other => {
-                        return Err(RpcError::invalid_params(format!(
-                            "sandbox.permissions.file_system.type {other:?} is not restricted or unrestricted"
-                        )))
-                    }
-                }
-            }
-            match permissions.opt_string("network").map_err(|_| {
-                RpcError::invalid_params("sandbox.permissions.network must be a string")
-            })? {
-                None | Some("enabled") => Ok(()),
-                Some("restricted") => Err(RpcError::invalid_params(format!(
-                    "network restrictions cannot be enforced: {NO_KERNEL_POLICY}"
-                ))),
-                Some(other) => Err(RpcError::invalid_params(format!(
-                    "sandbox.permissions.network {other:?} is not restricted or enabled"
-                ))),
-            }
-        }
-        other => Err(RpcError::invalid_params(format!(
-            "sandbox.permissions.type {other:?} is not managed, disabled or external"
-        ))),
-    }
 }
 
 /// A random (version 4) UUID.
@@ -195,6 +145,7 @@ mod tests {
                 base: &base,
                 allow_secret_env: false,
                 run_id: "r",
+                policy: &crate::policy::Base::default(),
             },
         )
     }
@@ -230,13 +181,15 @@ mod tests {
         assert!(message(with("arg0", json!(3))).contains("arg0"));
         assert!(message(with("networkProxy", json!({}))).contains("cannot be enforced"));
         assert!(message(with("enforceManagedNetwork", json!(true))).contains("cannot be enforced"));
-        let fs = json!({"permissions":{"type":"managed","file_system":{"type":"restricted","entries":[]},"network":"enabled"}});
-        assert!(message(with("sandbox", fs))
+        let unknown = json!({"permissions":{"type":"managed","file_system":{"type":"restricted",
+            "entries":[{"access":"none","path":{"type":"special","value":{"kind":"nonesuch"}}}]}}});
+        assert!(message(with("sandbox", unknown))
             .starts_with("filesystem sandbox restrictions cannot be enforced"));
-        let net = json!({"permissions":{"type":"managed","file_system":{"type":"unrestricted"},"network":"restricted"}});
-        assert!(
-            message(with("sandbox", net)).starts_with("network restrictions cannot be enforced")
-        );
+        let codex_read_only = json!({"permissions":{"type":"managed","network":"restricted",
+            "file_system":{"type":"restricted","entries":[
+                {"access":"read","path":{"type":"special","value":{"kind":"root"}}}]}}});
+        let spec = check(with("sandbox", codex_read_only)).unwrap();
+        assert_eq!(spec.confinement.sandbox_type(), "linuxSeccomp");
         let disabled = json!({"permissions":{"type":"disabled"}});
         assert!(check(with("sandbox", disabled)).is_ok());
     }

@@ -1,4 +1,4 @@
-//! One started process: spawn, output pumps, exit, retention, read, write, signal, terminate
+//! One started process: spawn, emitter, exit, retention, read, write, signal, terminate
 //! (spec §5).
 //!
 //! Shape: each output descriptor has a pump task and the main process has a waiter task; they
@@ -24,36 +24,30 @@ use base64::Engine;
 use cleanroom::contain::Container;
 use cleanroom::process::ProcessId;
 use cleanroom::protect::Protection;
-use futures_util::FutureExt;
 use rustix::process::Signal;
 use serde_json::{json, Value};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::outlet::Outlet;
+use super::pty::{self, Master};
+use super::pump::{Drain, Event, Pump, StreamKind, Terminal};
+use super::reaper::{Members, Membership, Reaper, Scope, SESSION_ID_VAR};
 use crate::envpolicy::EXEC_ID_VAR;
-use crate::outlet::Outlet;
 use crate::protocol::{notification, RpcError};
-use crate::pty::{self, Master};
-use crate::reaper::{Membership, Reaper};
 
 /// Newest bytes of output kept per process.
 pub const RETAIN_BYTES: usize = 1 << 20;
 /// Most chunks kept per process.
 pub const RETAIN_CHUNKS: usize = 50_000;
-/// How long a closed process stays readable.
-pub const CLOSED_RETENTION: Duration = Duration::from_secs(60);
 /// Grace between TERM and KILL when a process is terminated.
 pub const TERMINATE_GRACE: Duration = Duration::from_secs(1);
 /// Longest long-poll.
 pub const MAX_WAIT: Duration = Duration::from_millis(30_000);
 /// How long the exit barrier waits for terminal output still in the line discipline.
 const TERMINAL_DRAIN: Duration = Duration::from_millis(10);
-/// How long a streaming pipe's chunk may wait to fill up.
-const COALESCE: Duration = Duration::from_millis(1);
-/// Largest chunk read from a pipe or terminal at once.
-const READ_CHUNK: usize = 64 * 1024;
 /// Capacity asked for the output pipes.
 const PIPE_SIZE: usize = 1 << 20;
 /// Remembered `writeId`s per process.
@@ -78,24 +72,8 @@ pub struct Spec {
     pub tty: bool,
     /// Keep a writable stdin without a terminal.
     pub pipe_stdin: bool,
-}
-
-/// Which descriptor a chunk came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum StreamKind {
-    Stdout,
-    Stderr,
-    Pty,
-}
-
-impl StreamKind {
-    fn name(self) -> &'static str {
-        match self {
-            StreamKind::Stdout => "stdout",
-            StreamKind::Stderr => "stderr",
-            StreamKind::Pty => "pty",
-        }
-    }
+    /// The kernel policy applied before exec.
+    pub confinement: Arc<crate::policy::Confinement>,
 }
 
 struct Chunk {
@@ -112,20 +90,6 @@ struct State {
     exit_code: Option<i32>,
     closed: bool,
 }
-
-enum Event {
-    Output(StreamKind, Vec<u8>),
-    /// Output descriptor `i` reached EOF.
-    Eof(usize),
-    /// Output descriptor `i` has handed over everything it held when asked (see `Drain`).
-    Drained(usize),
-    Exited(i32),
-}
-
-/// The barrier the emitter raises when the main process has exited: each pump hands over what
-/// its descriptor already holds, then answers `Drained` (or `Eof`), so output written before the
-/// exit always precedes `exited`, however late the pump is scheduled.
-type Drain = Arc<tokio::sync::Notify>;
 
 enum Stdin {
     Pipe(ChildStdin),
@@ -154,6 +118,8 @@ pub struct Process {
     events: watch::Sender<()>,
     /// True once tokio has reaped the main process.
     reaped: watch::Sender<bool>,
+    /// While above zero, `exited` waits (a `process/terminate` reply goes out first).
+    exit_holds: watch::Sender<usize>,
     stdin_enabled: bool,
     stdin: tokio::sync::Mutex<Option<Stdin>>,
     write_ids: Mutex<(HashSet<String>, VecDeque<String>)>,
@@ -169,14 +135,17 @@ impl Process {
         container: &Container,
         protection: &Protection,
         reaper: &Reaper,
-        outlet: Arc<Outlet>,
+        session: (&Scope, Arc<Outlet>),
     ) -> Result<(Arc<Process>, Started), RpcError> {
+        let (scope, outlet) = session;
         let mut command = tokio::process::Command::new(OsStr::from_bytes(spec.argv[0].as_bytes()));
         command
             .args(&spec.argv[1..])
             .current_dir(&spec.cwd)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            // The session's tag, whatever the client sent: the session reaps by it.
+            .env(SESSION_ID_VAR, OsStr::from_bytes(scope.value()))
             .kill_on_drop(false);
         if let Some(arg0) = &spec.arg0 {
             command.arg0(arg0);
@@ -209,7 +178,7 @@ impl Process {
             }
             None
         };
-        if let Some(hook) = protection.child_hook() {
+        if let Some(hook) = spec.confinement.child_hook(protection) {
             // SAFETY: the hook makes only raw, async-signal-safe system calls on data captured
             // before the fork; it is registered last, so it is the last step before exec.
             unsafe {
@@ -218,9 +187,7 @@ impl Process {
         }
         let mut child = {
             let mut guard = reaper.spawning();
-            let child = command.spawn().map_err(|e| {
-                RpcError::internal(format!("failed to spawn {:?}: {e}", spec.argv[0]))
-            })?;
+            let child = command.spawn().map_err(|e| spawn_error(spec, &e))?;
             if let Some(pid) = child.id() {
                 guard.own(pid as i32);
             }
@@ -274,6 +241,7 @@ impl Process {
             }),
             events: watch::channel(()).0,
             reaped: watch::channel(false).0,
+            exit_holds: watch::channel(0).0,
             stdin_enabled: spec.tty || spec.pipe_stdin,
             stdin: tokio::sync::Mutex::new(stdin),
             write_ids: Mutex::new((HashSet::new(), VecDeque::new())),
@@ -370,6 +338,7 @@ impl Process {
                     .all(|(open, drained)| !open || *drained)
                 {
                     pending_exit = None;
+                    self.exit_released().await;
                     self.publish_exit(code).await;
                     exited = true;
                 }
@@ -497,10 +466,7 @@ impl Process {
         let mut stdin = self.stdin.lock().await;
         let result = match stdin.as_mut() {
             None => return "stdinClosed",
-            Some(Stdin::Pipe(pipe)) => match pipe.write_all(data).await {
-                Ok(()) => pipe.flush().await,
-                Err(e) => Err(e),
-            },
+            Some(Stdin::Pipe(pipe)) => write_pipe(pipe, data).await,
             Some(Stdin::Pty(master)) => master.write_all(data).await,
         };
         match result {
@@ -535,6 +501,22 @@ impl Process {
                 "failed to signal process {}: {e}",
                 self.id
             ))),
+        }
+    }
+
+    /// Holds `exited` (and so `closed`) back until the hold is dropped: a `process/terminate`
+    /// takes one before it looks at the process, so its reply precedes those notifications.
+    pub fn hold_exit(self: &Arc<Self>) -> ExitHold {
+        self.exit_holds.send_modify(|n| *n += 1);
+        ExitHold(self.clone())
+    }
+
+    async fn exit_released(&self) {
+        let mut holds = self.exit_holds.subscribe();
+        while *holds.borrow_and_update() > 0 {
+            if holds.changed().await.is_err() {
+                return;
+            }
         }
     }
 
@@ -582,6 +564,29 @@ impl Process {
     }
 }
 
+/// Writes `data` to a stdin pipe: a non-blocking write first, so a write the pipe has room for
+/// finishes without waiting for the reactor (and its request is answered in order).
+async fn write_pipe(pipe: &mut ChildStdin, data: &[u8]) -> std::io::Result<()> {
+    let written = match rustix::io::write(&*pipe, data) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::AGAIN) => 0,
+        Err(e) => return Err(e.into()),
+    };
+    if written < data.len() {
+        pipe.write_all(&data[written..]).await?;
+    }
+    Ok(())
+}
+
+/// See [`Process::hold_exit`].
+pub struct ExitHold(Arc<Process>);
+
+impl Drop for ExitHold {
+    fn drop(&mut self) {
+        self.0.exit_holds.send_modify(|n| *n -= 1);
+    }
+}
+
 fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
     let budget = max_bytes
         .filter(|&b| b > 0)
@@ -616,6 +621,27 @@ fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
     })
 }
 
+/// -32603 for a failed spawn; a missing program or cwd (ENOENT) carries `kind: spawnNotFound`,
+/// as the reference server's does.
+fn spawn_error(spec: &Spec, e: &std::io::Error) -> RpcError {
+    if e.kind() != std::io::ErrorKind::NotFound {
+        return RpcError::internal(format!("failed to spawn {:?}: {e}", spec.argv[0]));
+    }
+    let message = if spec.cwd.is_dir() {
+        format!(
+            "failed to spawn {:?}: program not found ({e})",
+            spec.argv[0]
+        )
+    } else {
+        format!(
+            "failed to spawn {:?}: process cwd {} does not exist",
+            spec.argv[0],
+            spec.cwd.display()
+        )
+    };
+    RpcError::internal(message).with_kind("spawnNotFound")
+}
+
 /// How a holder's `/proc/<pid>/fd` link names this pipe: `pipe:[<inode>]`.
 fn pipe_link(pipe: &impl std::os::fd::AsFd) -> Option<Vec<u8>> {
     let stat = rustix::fs::fstat(pipe).ok()?;
@@ -628,129 +654,4 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(-1)
-}
-
-/// Something a pump reads output from: a pipe, or the terminal's master side.
-trait Source {
-    async fn read_into(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
-}
-
-impl<R: AsyncRead + Unpin> Source for R {
-    async fn read_into(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.read(buf).await
-    }
-}
-
-/// The terminal's master side as a [`Source`].
-struct Terminal(Arc<Master>);
-
-impl Source for Terminal {
-    async fn read_into(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.read(buf).await
-    }
-}
-
-/// Reads one output descriptor and hands its chunks to the emitter.
-struct Pump {
-    kind: StreamKind,
-    index: usize,
-    drain: Drain,
-    /// How long the barrier waits for output still on its way: the terminal's line discipline
-    /// hands written bytes to the master side asynchronously; a pipe needs no wait.
-    drain_grace: Option<Duration>,
-    tx: mpsc::Sender<Event>,
-}
-
-impl Pump {
-    async fn run(self, mut source: impl Source) {
-        let mut buf = vec![0u8; READ_CHUNK];
-        let mut last_sent: Option<Instant> = None;
-        'pump: loop {
-            let first = tokio::select! {
-                biased;
-                () = self.drain.notified() => {
-                    // The main process has exited: hand over everything already there (as many
-                    // buffers as it takes), without waiting for more.
-                    let mut grace = self.drain_grace.map(|g| Instant::now() + g);
-                    loop {
-                        let (n, eof) = self.fill(&mut source, &mut buf, 0, grace.take()).await;
-                        if !self.send(&buf[..n]).await {
-                            return;
-                        }
-                        if eof {
-                            break 'pump;
-                        }
-                        if n < buf.len() {
-                            break;
-                        }
-                    }
-                    if self.tx.send(Event::Drained(self.index)).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                read = source.read_into(&mut buf) => read,
-            };
-            let n = match first {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            // A child that is streaming (a chunk went out within COALESCE) gets up to COALESCE to
-            // fill the chunk: fewer, larger chunks under load. An occasional write goes out at
-            // once.
-            let streaming = last_sent.is_some_and(|t| t.elapsed() < COALESCE);
-            let deadline = streaming.then(|| Instant::now() + COALESCE);
-            let (n, eof) = self.fill(&mut source, &mut buf, n, deadline).await;
-            if !self.send(&buf[..n]).await {
-                return;
-            }
-            last_sent = Some(Instant::now());
-            if eof {
-                break;
-            }
-        }
-        let _ = self.tx.send(Event::Eof(self.index)).await;
-    }
-
-    /// Reads more into `buf[n..]`: what is already there, and until `deadline` if given.
-    /// Returns the new length and whether EOF was reached.
-    async fn fill(
-        &self,
-        source: &mut impl Source,
-        buf: &mut [u8],
-        mut n: usize,
-        deadline: Option<Instant>,
-    ) -> (usize, bool) {
-        while n < buf.len() {
-            let more = match source.read_into(&mut buf[n..]).now_or_never() {
-                Some(result) => result,
-                None => match deadline {
-                    Some(deadline) => {
-                        match tokio::time::timeout_at(deadline, source.read_into(&mut buf[n..]))
-                            .await
-                        {
-                            Ok(result) => result,
-                            Err(_) => return (n, false),
-                        }
-                    }
-                    None => return (n, false),
-                },
-            };
-            match more {
-                Ok(0) | Err(_) => return (n, true),
-                Ok(more) => n += more,
-            }
-        }
-        (n, false)
-    }
-
-    async fn send(&self, data: &[u8]) -> bool {
-        if data.is_empty() {
-            return true;
-        }
-        self.tx
-            .send(Event::Output(self.kind, data.to_vec()))
-            .await
-            .is_ok()
-    }
 }

@@ -1,0 +1,227 @@
+//! Managed per-process sandbox policies of `cleanroom serve`, checked from inside the child
+//! with real system calls: Codex's `workspace-write` and `read-only` run (never refused) and
+//! confine writes; a `none` entry cannot be read; `.git` inside a writable cwd stays read-only
+//! even when the policy does not name it; `network: restricted` leaves only loopback, and a
+//! loopback listener outside the child's namespace cannot be reached; what cannot be enforced is
+//! refused with -32602 naming the entry.
+
+mod serve_support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use serve_support::{managed, path_entry, read_only, special, workspace_write, Server};
+
+/// `work/ws` (a git-like workspace with a secret) and `work/outside`.
+fn layout(work: &Path) -> (PathBuf, PathBuf) {
+    let ws = work.join("ws");
+    let outside = work.join("outside");
+    for dir in [ws.join(".git"), ws.join("secret"), outside.clone()] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(ws.join("secret/key"), "s3cret\n").unwrap();
+    std::fs::write(ws.join("readme"), "readable\n").unwrap();
+    (ws, outside)
+}
+
+/// A bash line that tries to create `path` and says `<tag>:ok` or `<tag>:denied`.
+fn try_write(tag: &str, path: &Path) -> String {
+    format!(
+        "if ( : > '{}' ) 2>/dev/null; then echo {tag}:ok; else echo {tag}:denied; fi\n",
+        path.display()
+    )
+}
+
+#[tokio::test]
+async fn workspace_write_confines_writes_to_the_workspace_and_keeps_git_read_only() {
+    let server = Server::start(&[]);
+    let (ws, outside) = layout(&server.work());
+    let mut c = server.client().await;
+    let script = [
+        try_write("inside", &ws.join("made")),
+        try_write("outside", &outside.join("escaped")),
+        try_write("git", &ws.join(".git/hooked")),
+        "if ( : > \"$TMPDIR/t\" ) 2>/dev/null; then echo tmpdir:ok; fi\n".to_string(),
+        "cat readme\n".to_string(),
+    ]
+    .concat();
+    let (started, out, code) = c.run("ww", &ws, workspace_write(&ws), &script).await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp", "{started}");
+    assert_eq!(code, 0, "{out}");
+    for expected in [
+        "inside:ok",
+        "outside:denied",
+        "git:denied",
+        "tmpdir:ok",
+        "readable",
+    ] {
+        assert!(out.contains(expected), "{expected} in {out:?}");
+    }
+    assert!(ws.join("made").exists());
+    assert!(!outside.join("escaped").exists() && !ws.join(".git/hooked").exists());
+
+    // A policy that does not name `.git` still keeps it read-only inside the writable cwd.
+    let bare = managed(
+        &ws,
+        vec![
+            special("root", None, "read"),
+            special("current_working_directory", None, "write"),
+        ],
+        "enabled",
+    );
+    let (_, out, _) = c
+        .run(
+            "bare",
+            &ws,
+            bare,
+            &[
+                try_write("git", &ws.join(".git/x")),
+                try_write("cwd", &ws.join("y")),
+            ]
+            .concat(),
+        )
+        .await;
+    assert!(
+        out.contains("git:denied") && out.contains("cwd:ok"),
+        "{out}"
+    );
+
+    let (started, out, _) = c
+        .run(
+            "ro",
+            &ws,
+            read_only(&ws),
+            &[try_write("ro", &ws.join("z")), "cat readme\n".into()].concat(),
+        )
+        .await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp");
+    assert!(
+        out.contains("ro:denied") && out.contains("readable"),
+        "{out}"
+    );
+    assert!(!ws.join("z").exists());
+    server.stop();
+}
+
+#[tokio::test]
+async fn a_none_entry_cannot_be_read_and_the_most_specific_entry_wins() {
+    let server = Server::start(&[]);
+    let (ws, _) = layout(&server.work());
+    std::fs::create_dir(ws.join("secret/open")).unwrap();
+    let mut c = server.client().await;
+    std::fs::create_dir(ws.join("conf")).unwrap();
+    std::fs::write(ws.join("conf/prod.env"), "TOKEN=t0psecret\n").unwrap();
+    let entries = |inner: &str| {
+        vec![
+            special("root", None, "read"),
+            special("current_working_directory", None, "write"),
+            path_entry(&ws.join("secret"), "none"),
+            path_entry(&ws.join("secret/open"), inner),
+            json!({"access": "none", "path": {"type": "glob_pattern", "pattern": "**/*.env"}}),
+        ]
+    };
+    let script = "cat secret/key 2>/dev/null && echo key:read || echo key:denied\n\
+                  echo list:$(ls -A secret 2>/dev/null | tr '\\n' ' ')end\n\
+                  echo w > secret/planted 2>/dev/null && echo plant:ok || echo plant:denied\n\
+                  cat conf/prod.env 2>/dev/null || echo env:denied\n\
+                  cat readme\n\
+                  echo w > made && echo cwd-write:ok\n";
+    let (_, out, _) = c
+        .run(
+            "none",
+            &ws,
+            managed(&ws, entries("none"), "enabled"),
+            script,
+        )
+        .await;
+    for expected in [
+        "key:denied",
+        "list:end",
+        "plant:denied",
+        "env:denied",
+        "readable",
+        "cwd-write:ok",
+    ] {
+        assert!(out.contains(expected), "{expected} in {out:?}");
+    }
+    assert!(
+        !out.contains("s3cret") && !out.contains("t0psecret"),
+        "{out}"
+    );
+    assert!(!ws.join("secret/planted").exists());
+
+    // Re-exposing part of a hidden tree has no mechanism here: refused, never run unenforced.
+    let params = json!({"processId": "re", "argv": ["true"], "cwd": serve_support::uri(&ws),
+                        "env": {}, "tty": false, "arg0": null,
+                        "sandbox": managed(&ws, entries("write"), "enabled")});
+    let (code, message) = c.call("process/start", params).await.unwrap_err();
+    assert_eq!(code, -32602);
+    assert!(
+        message.contains("cannot be enforced") && message.contains("secret/open"),
+        "{message}"
+    );
+    server.stop();
+}
+
+#[tokio::test]
+async fn network_restricted_leaves_only_loopback_inside_its_own_namespace() {
+    let server = Server::start(&[]);
+    let (ws, _) = layout(&server.work());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut c = server.client().await;
+    let script = format!(
+        "echo ifaces:$(ls /sys/class/net | tr '\\n' ' ')\n\
+         echo procnet:$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\n\
+         if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connect:ok; else echo connect:refused; fi\n"
+    );
+    let (_, out, _) = c.run("net", &ws, workspace_write(&ws), &script).await;
+    assert!(
+        out.contains("ifaces:lo \n") || out.contains("ifaces:lo\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("procnet:lo \n") || out.contains("procnet:lo\n"),
+        "{out}"
+    );
+    assert!(out.contains("connect:refused"), "{out}");
+    assert!(
+        listener.accept().is_err(),
+        "the restricted child reached the host's loopback"
+    );
+
+    // The control: with the network enabled the same child reaches the listener.
+    let open = managed(&ws, vec![special("root", None, "read")], "enabled");
+    let (_, out, _) = c.run("open", &ws, open, &script).await;
+    assert!(out.contains("connect:ok"), "{out}");
+    server.stop();
+}
+
+#[tokio::test]
+async fn a_shape_that_cannot_be_enforced_is_refused_naming_the_entry() {
+    let server = Server::start(&["--protect", "off"]);
+    let (ws, _) = layout(&server.work());
+    let mut c = server.client().await;
+    let unknown = managed(
+        &ws,
+        vec![
+            special("root", None, "read"),
+            special("nonesuch", None, "none"),
+        ],
+        "enabled",
+    );
+    let params = json!({"processId": "u", "argv": ["true"], "cwd": serve_support::uri(&ws),
+                        "env": {}, "tty": false, "arg0": null, "sandbox": unknown});
+    let (code, message) = c.call("process/start", params).await.unwrap_err();
+    assert_eq!(code, -32602);
+    assert!(
+        message.contains("entries[1]") && message.contains("nonesuch"),
+        "{message}"
+    );
+    let disabled = json!({"permissions": {"type": "disabled"}});
+    let (started, _, code) = c.run("d", &ws, disabled, "exit 3").await;
+    assert_eq!((started["sandboxType"].as_str(), code), (Some("none"), 3));
+    server.stop();
+}

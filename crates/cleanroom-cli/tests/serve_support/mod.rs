@@ -1,0 +1,286 @@
+//! A `cleanroom serve` of its own and a WebSocket client for the exec-server tests of the fs
+//! methods and the managed policies (`serve_fs.rs`, `serve_policy.rs`).
+//!
+//! Every server has a private state dir and works in a private dir under the test target's
+//! tmp dir (nothing in /tmp); [`Server::stop`] ends it with SIGTERM and checks it exited 0 and
+//! left no root behind.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The uid (and gid) of `nobody`, for servers run as an ordinary user.
+pub const NOBODY: u32 = 65534;
+
+/// A running `cleanroom serve` with a private work dir.
+pub struct Server {
+    child: Child,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts the server with `args` after `serve`.
+    pub fn start(args: &[&str]) -> Server {
+        Server::start_with(args, None)
+    }
+
+    /// Starts the server as an ordinary user: as `nobody` when the test runs as root (the work
+    /// and state dirs are theirs), else as the test's own user.
+    pub fn start_unprivileged(args: &[&str]) -> Server {
+        let root = rustix::process::geteuid().is_root();
+        Server::start_with(args, root.then_some(NOBODY))
+    }
+
+    fn start_with(args: &[&str], uid: Option<u32>) -> Server {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        std::fs::create_dir(dir.path().join("work")).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cleanroom"));
+        if let Some(uid) = uid {
+            use std::os::unix::fs::{chown, PermissionsExt};
+            use std::os::unix::process::CommandExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::create_dir(dir.path().join("ns")).unwrap();
+            for owned in ["work", "ns"] {
+                chown(dir.path().join(owned), Some(uid), Some(uid)).unwrap();
+            }
+            std::fs::set_permissions(
+                dir.path().join("ns"),
+                std::fs::Permissions::from_mode(0o700),
+            )
+            .unwrap();
+            command.uid(uid).gid(uid).env("HOME", "/nonexistent");
+        }
+        let mut child = command
+            .arg("--state-dir")
+            .arg(dir.path().join("ns"))
+            .arg("serve")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut url = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut url)
+            .unwrap();
+        assert!(url.starts_with("ws://127.0.0.1:"), "first line: {url:?}");
+        Server {
+            child,
+            url: url.trim().to_string(),
+            dir,
+        }
+    }
+
+    /// The private work dir (canonical).
+    pub fn work(&self) -> PathBuf {
+        std::fs::canonicalize(self.dir.path().join("work")).unwrap()
+    }
+
+    /// A connected, initialized client.
+    pub async fn client(&self) -> Client {
+        let (ws, _) = tokio_tungstenite::connect_async(&self.url).await.unwrap();
+        let mut client = Client {
+            ws,
+            next_id: 0,
+            notifications: Vec::new(),
+        };
+        client
+            .call("initialize", json!({"clientName": "test"}))
+            .await
+            .unwrap();
+        client
+    }
+
+    /// SIGTERM; the server exits 0 and leaves no root.
+    pub fn stop(mut self) {
+        // SAFETY: kill(2) on our own child, not yet waited for.
+        assert_eq!(
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) },
+            0
+        );
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not exit on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(0), "server exit status");
+        let left: Vec<_> = std::fs::read_dir(self.dir.path().join("ns"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("run-"))
+            .collect();
+        assert!(left.is_empty(), "roots left behind: {left:?}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A JSON-RPC client over one WebSocket.
+pub struct Client {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: i64,
+    notifications: Vec<Value>,
+}
+
+impl Client {
+    /// Calls `method`; `Err((code, message))` for an error response.
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, (i64, String)> {
+        self.next_id += 1;
+        let id = json!(self.next_id);
+        let request = json!({"id": id, "method": method, "params": params});
+        self.ws
+            .send(Message::text(request.to_string()))
+            .await
+            .unwrap();
+        loop {
+            let message = self.recv().await;
+            if message.get("method").is_some() {
+                self.notifications.push(message);
+                continue;
+            }
+            assert_eq!(message["id"], id, "{message}");
+            return match message.get("error") {
+                Some(e) => Err((
+                    e["code"].as_i64().unwrap(),
+                    e["message"].as_str().unwrap().to_string(),
+                )),
+                None => Ok(message["result"].clone()),
+            };
+        }
+    }
+
+    /// The next notification (kept ones first).
+    pub async fn notification(&mut self) -> Value {
+        if !self.notifications.is_empty() {
+            return self.notifications.remove(0);
+        }
+        let message = self.recv().await;
+        assert!(message.get("method").is_some(), "a notification: {message}");
+        message
+    }
+
+    async fn recv(&mut self) -> Value {
+        loop {
+            let frame = tokio::time::timeout(TIMEOUT, self.ws.next())
+                .await
+                .expect("a message within the timeout")
+                .expect("the socket stays open")
+                .unwrap();
+            if let Message::Text(text) = frame {
+                return serde_json::from_str(&text).unwrap();
+            }
+        }
+    }
+
+    /// Runs `script` with bash in `cwd` under `sandbox` (a `sandbox` argument or null) and
+    /// returns its start result, its stdout+stderr and its exit code.
+    pub async fn run(
+        &mut self,
+        id: &str,
+        cwd: &Path,
+        sandbox: Value,
+        script: &str,
+    ) -> (Value, String, i64) {
+        let started = self
+            .call(
+                "process/start",
+                json!({"processId": id, "argv": ["/bin/bash", "-c", script], "cwd": uri(cwd),
+                       "env": {}, "tty": false, "arg0": null, "sandbox": sandbox}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("process/start {id}: {e:?}"));
+        let mut output = String::new();
+        let mut code = -1;
+        loop {
+            let n = self.notification().await;
+            if n["params"]["processId"] != id {
+                continue;
+            }
+            match n["method"].as_str().unwrap() {
+                "process/output" => output.push_str(&String::from_utf8_lossy(
+                    &BASE64
+                        .decode(n["params"]["chunk"].as_str().unwrap())
+                        .unwrap(),
+                )),
+                "process/exited" => code = n["params"]["exitCode"].as_i64().unwrap(),
+                "process/closed" => return (started, output, code),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The `file:` URI of an absolute path (test paths need no escaping).
+pub fn uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// A special root entry.
+pub fn special(kind: &str, subpath: Option<&str>, access: &str) -> Value {
+    let mut value = json!({"kind": kind});
+    if let Some(sub) = subpath {
+        value["subpath"] = json!(sub);
+    }
+    json!({"access": access, "path": {"type": "special", "value": value}})
+}
+
+/// A path entry.
+pub fn path_entry(path: &Path, access: &str) -> Value {
+    json!({"access": access, "path": {"type": "path", "path": uri(path)}})
+}
+
+/// A managed sandbox with `entries` over `cwd` (also the one project root).
+pub fn managed(cwd: &Path, entries: Vec<Value>, network: &str) -> Value {
+    json!({"cwd": uri(cwd), "workspaceRoots": [uri(cwd)],
+           "permissions": {"type": "managed", "network": network,
+                           "file_system": {"type": "restricted", "entries": entries}}})
+}
+
+/// Codex 0.171's `workspace-write` exactly as it sends it, over `cwd`.
+pub fn workspace_write(cwd: &Path) -> Value {
+    let mut entries = vec![
+        special("root", None, "read"),
+        special("project_roots", None, "write"),
+        special("slash_tmp", None, "write"),
+        special("tmpdir", None, "write"),
+    ];
+    for name in [".git", ".agents", ".codex", ".aws"] {
+        let mut entry = special("project_roots", Some(name), "read");
+        entry["missing_path_behavior"] = json!("skip");
+        entries.push(entry);
+    }
+    managed(cwd, entries, "restricted")
+}
+
+/// Codex 0.171's `read-only`, over `cwd`.
+pub fn read_only(cwd: &Path) -> Value {
+    managed(cwd, vec![special("root", None, "read")], "restricted")
+}

@@ -1,0 +1,577 @@
+//! Codex's per-call sandbox (the `sandbox` argument of `process/start` and of every `fs/*` call)
+//! translated into the one policy engine, [`cleanroom::protect`] (spec §5 "sandbox", §6).
+//!
+//! Owns: parsing a `FileSystemSandboxContext`; resolving its entries (paths, globs, the special
+//! roots `root`, `minimal`, `current_working_directory`, `project_roots`, `tmpdir`, `slash_tmp`)
+//! to canonical paths with `read` / `write` / `none`; keeping `.git`, `.codex`, `.agents` and
+//! `.aws` read-only inside writable roots unless an entry names them; intersecting the result
+//! with the environment's own `--protect` rules; compiling it into a [`Sandbox`] for a child
+//! process ([`Target::Process`]) or for the short-lived thread an `fs/*` call runs on
+//! ([`Target::Thread`], see [`on_thread`]).
+//!
+//! Invariants: a call is never run less protected than it asked: what no mechanism can enforce
+//! is refused with -32602 naming the entry or the reason; the kernel enforces every rule
+//! (Landlock, mount and network namespaces), nothing is a path-string check; the environment's
+//! protection still holds under a managed policy (the two are intersected, path by path).
+
+mod glob;
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use cleanroom::protect::{Access, Narrowing, Network, Policy, Protection, Sandbox};
+use serde_json::Value;
+
+use crate::protocol::{Params, RpcError};
+use crate::uri::parse_file_uri;
+
+/// Names kept read-only inside every writable root unless an entry names them.
+pub const PROTECTED_NAMES: &[&str] = &[".git", ".codex", ".agents", ".aws"];
+
+/// What `minimal` makes readable: what a shell and its tools need to run.
+const MINIMAL_READ: &[&str] = &[
+    "/bin",
+    "/sbin",
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/dev",
+    "/proc",
+    "/sys",
+    "/run",
+    "/opt",
+    "/nix/store",
+];
+
+/// The value `sandboxType` takes when a kernel policy applies (the Codex name for Linux).
+const KERNEL_SANDBOX_TYPE: &str = "linuxSeccomp";
+
+/// What the environment contributes to every call's policy.
+#[derive(Clone, Debug, Default)]
+pub struct Base {
+    /// The environment's `--protect` rules (canonical); empty when protection is off.
+    pub rules: Vec<(PathBuf, Access)>,
+    /// Whether the kernel enforces them for every process.
+    pub enforced: bool,
+    /// The environment's temp dir (`tmpdir` when the call has no TMPDIR of its own).
+    pub tmpdir: PathBuf,
+}
+
+/// Where a compiled policy is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A child process, between fork and exec (every mechanism is available).
+    Process,
+    /// The calling thread of a multi-threaded server: Landlock, and a mount namespace only as
+    /// root (an ordinary user's user namespace needs a single-threaded process), so narrowings
+    /// are covered with Landlock alone there.
+    Thread,
+    /// A child forked for one filesystem call (mounts as for a process, the host network).
+    Child,
+}
+
+/// One resolved rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Resolved {
+    path: PathBuf,
+    access: Access,
+    reason: String,
+}
+
+/// A managed sandbox request, resolved to canonical paths.
+#[derive(Clone, Debug)]
+pub struct Managed {
+    rules: Vec<Resolved>,
+    network: Network,
+}
+
+/// How a started process is confined (shared by its [`crate::process::Spec`] clones).
+#[derive(Debug, Default)]
+pub struct Confinement {
+    /// The managed policy intersected with the environment's; `None`: the environment's alone.
+    managed: Option<Sandbox>,
+    /// Whether the environment's protection is enforced by the kernel.
+    base_enforced: bool,
+}
+
+impl Confinement {
+    /// The confinement of a process started with `sandbox` (the request's argument).
+    pub fn for_process(
+        sandbox: Option<&Value>,
+        cwd: &Path,
+        tmpdir: &Path,
+        base: &Base,
+    ) -> Result<Arc<Confinement>, RpcError> {
+        let managed = match parse(sandbox, cwd, tmpdir)? {
+            Some(managed) => Some(compile(&managed, base, Target::Process)?),
+            None => None,
+        };
+        Ok(Arc::new(Confinement {
+            managed,
+            base_enforced: base.enforced,
+        }))
+    }
+
+    /// `sandboxType` of the start result: what is actually applied.
+    pub fn sandbox_type(&self) -> &'static str {
+        if self.managed.is_some() || self.base_enforced {
+            KERNEL_SANDBOX_TYPE
+        } else {
+            "none"
+        }
+    }
+
+    /// The hook applying this confinement in the child (see [`Sandbox::child_hook`]): the
+    /// managed policy, else the environment's `protection`.
+    pub fn child_hook(&self, protection: &Protection) -> Option<ChildHook> {
+        match &self.managed {
+            Some(sandbox) => sandbox.child_hook().map(|h| Box::new(h) as ChildHook),
+            None => protection.child_hook().map(|h| Box::new(h) as ChildHook),
+        }
+    }
+}
+
+/// An async-signal-safe function run in the child before exec.
+pub type ChildHook = Box<dyn Fn() -> io::Result<()> + Send + Sync + 'static>;
+
+/// The sandbox an `fs/*` call runs under on `target` ([`Target::Thread`] or [`Target::Child`]):
+/// its `sandbox` argument intersected with the environment's rules, or the environment's rules
+/// alone; `None` when nothing is restricted.
+pub fn for_fs_call(
+    params: &Params<'_>,
+    base: &Base,
+    target: Target,
+) -> Result<Option<Sandbox>, RpcError> {
+    let sandbox = params.get("sandbox");
+    let context = sandbox.and_then(|s| s.get("policyContext"));
+    let cwd = [sandbox, context]
+        .into_iter()
+        .flatten()
+        .find_map(|v| v.get("cwd").and_then(Value::as_str));
+    let cwd = match cwd {
+        Some(uri) => parse_file_uri(uri, "sandbox.cwd").map_err(RpcError::invalid_params)?,
+        None => PathBuf::from("/"),
+    };
+    match parse(sandbox, &cwd, &base.tmpdir)? {
+        Some(managed) => compile(&managed, base, target).map(Some),
+        None if base.rules.is_empty() => Ok(None),
+        None => {
+            let unrestricted = Managed {
+                rules: vec![rule("/", Access::Write, "unrestricted")],
+                network: Network::Host,
+            };
+            compile(&unrestricted, base, target).map(Some)
+        }
+    }
+}
+
+/// Runs `f` on a new thread that first confines itself with `sandbox` (Landlock restricts only
+/// the calling thread, so the server keeps its own rights); the thread ends with the call.
+pub async fn on_thread<T: Send + 'static>(
+    sandbox: Option<Sandbox>,
+    f: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
+) -> Result<T, RpcError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("cleanroom-fs".into())
+        .spawn(move || {
+            let confined = match sandbox.as_ref().and_then(Sandbox::child_hook) {
+                Some(hook) => hook().map_err(|e| {
+                    RpcError::internal(format!("cannot confine the filesystem call: {e}"))
+                }),
+                None => Ok(()),
+            };
+            let _ = tx.send(confined.and_then(|()| f()));
+        })
+        .map_err(|e| RpcError::internal(format!("cannot start a filesystem thread: {e}")))?;
+    rx.await
+        .map_err(|_| RpcError::internal("the filesystem thread died"))?
+}
+
+/// Parses `sandbox`; `None` when it restricts nothing per call (absent, `disabled`, `external`
+/// without a restricted network, managed with nothing restricted).
+fn parse(sandbox: Option<&Value>, cwd: &Path, tmpdir: &Path) -> Result<Option<Managed>, RpcError> {
+    let Some(sandbox) = sandbox else {
+        return Ok(None);
+    };
+    let s =
+        Params::new(sandbox).map_err(|_| RpcError::invalid_params("sandbox must be an object"))?;
+    let Some(permissions) = s.get("permissions") else {
+        return Ok(None);
+    };
+    let perms = Params::new(permissions)
+        .map_err(|_| RpcError::invalid_params("sandbox.permissions must be an object"))?;
+    let network = match perms
+        .opt_string("network")
+        .map_err(|_| RpcError::invalid_params("sandbox.permissions.network must be a string"))?
+    {
+        None | Some("enabled") => Network::Host,
+        Some("restricted") => Network::Loopback,
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "sandbox.permissions.network {other:?} is not restricted or enabled"
+            )))
+        }
+    };
+    let kind = perms
+        .string("type")
+        .map_err(|_| RpcError::invalid_params("sandbox.permissions.type must be a string"))?;
+    let file_system = match kind {
+        "disabled" => return Ok(None),
+        "external" => None,
+        "managed" => perms.get("file_system").or_else(|| perms.get("fileSystem")),
+        other => {
+            return Err(RpcError::invalid_params(format!(
+                "sandbox.permissions.type {other:?} is not managed, disabled or external"
+            )))
+        }
+    };
+    let context = Context::of(&s, cwd, tmpdir)?;
+    let rules = match file_system {
+        None => None,
+        Some(fs) => file_system_rules(fs, &context)?,
+    };
+    if rules.is_none() && network == Network::Host {
+        return Ok(None);
+    }
+    let rules = rules.unwrap_or_else(|| vec![rule("/", Access::Write, "unrestricted")]);
+    Ok(Some(Managed { rules, network }))
+}
+
+/// What the special roots resolve against.
+struct Context {
+    cwd: PathBuf,
+    project_roots: Vec<PathBuf>,
+    tmpdir: PathBuf,
+}
+
+impl Context {
+    fn of(sandbox: &Params<'_>, cwd: &Path, tmpdir: &Path) -> Result<Context, RpcError> {
+        let policy_context = sandbox.get("policyContext");
+        let context = policy_context.map(Params::new).transpose()?;
+        let field = |name: &str| {
+            sandbox
+                .get(name)
+                .or_else(|| context.as_ref().and_then(|c| c.get(name)))
+        };
+        let cwd = match field("cwd").and_then(Value::as_str) {
+            Some(uri) => parse_file_uri(uri, "sandbox.cwd").map_err(RpcError::invalid_params)?,
+            None => cwd.to_path_buf(),
+        };
+        let mut project_roots = Vec::new();
+        if let Some(roots) = field("workspaceRoots") {
+            for uri in crate::protocol::strings(roots, "sandbox.workspaceRoots")? {
+                project_roots.push(
+                    parse_file_uri(&uri, "sandbox.workspaceRoots")
+                        .map_err(RpcError::invalid_params)?,
+                );
+            }
+        }
+        if project_roots.is_empty() {
+            project_roots.push(cwd.clone());
+        }
+        Ok(Context {
+            cwd,
+            project_roots,
+            tmpdir: tmpdir.to_path_buf(),
+        })
+    }
+}
+
+/// The rules of `file_system`; `None` when it is unrestricted.
+fn file_system_rules(fs: &Value, context: &Context) -> Result<Option<Vec<Resolved>>, RpcError> {
+    let fs = Params::new(fs).map_err(|_| {
+        RpcError::invalid_params("sandbox.permissions.file_system must be an object")
+    })?;
+    match fs.string("type").map_err(|_| {
+        RpcError::invalid_params("sandbox.permissions.file_system.type must be a string")
+    })? {
+        "unrestricted" => return Ok(None),
+        "restricted" => {}
+        other => {
+            return Err(RpcError::invalid_params(format!(
+                "sandbox.permissions.file_system.type {other:?} is not restricted or unrestricted"
+            )))
+        }
+    }
+    let entries = match fs.get("entries") {
+        None => &[][..],
+        Some(Value::Array(entries)) => entries.as_slice(),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "sandbox.permissions.file_system.entries must be an array",
+            ))
+        }
+    };
+    let mut rules = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let label = format!("sandbox.permissions.file_system.entries[{i}]");
+        rules.extend(entry_rules(entry, context).map_err(|why| {
+            RpcError::invalid_params(format!(
+                "filesystem sandbox restrictions cannot be enforced: {label} {entry}: {why}"
+            ))
+        })?);
+    }
+    protect_names(&mut rules);
+    Ok(Some(rules))
+}
+
+/// The canonical rules one entry stands for (none when its paths do not exist: skipped, as
+/// Codex's `missing_path_behavior: skip`; the enclosing rule decides).
+fn entry_rules(entry: &Value, context: &Context) -> Result<Vec<Resolved>, String> {
+    let access = match entry.get("access").and_then(Value::as_str) {
+        Some("read") => Access::Read,
+        Some("write") => Access::Write,
+        Some("none") | Some("deny") => Access::None,
+        other => return Err(format!("access {other:?} is not read, write or none")),
+    };
+    let path = entry.get("path").ok_or("has no path")?;
+    let reason = |what: &str| format!("sandbox entry: {what}");
+    let paths = match path.get("type").and_then(Value::as_str) {
+        Some("path") => {
+            let uri = path
+                .get("path")
+                .and_then(Value::as_str)
+                .ok_or("path.path must be a string")?;
+            vec![parse_file_uri(uri, "path.path")?]
+        }
+        Some("special") => special(
+            path.get("value").ok_or("special has no value")?,
+            context,
+            access,
+        )?,
+        Some("glob_pattern") => {
+            let pattern = path
+                .get("pattern")
+                .and_then(Value::as_str)
+                .ok_or("glob_pattern.pattern must be a string")?;
+            glob::expand(pattern, &context.cwd)?
+        }
+        other => {
+            return Err(format!(
+                "path type {other:?} is not path, special or glob_pattern"
+            ))
+        }
+    };
+    Ok(paths
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .map(|path| Resolved {
+            reason: reason(&path.display().to_string()),
+            path,
+            access,
+        })
+        .collect())
+}
+
+/// The paths of a special root.
+fn special(value: &Value, context: &Context, access: Access) -> Result<Vec<PathBuf>, String> {
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or("special.kind must be a string")?;
+    let subpath = match value.get("subpath") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(relative(s)?),
+        Some(_) => return Err("special.subpath must be a string".into()),
+    };
+    let bases: Vec<PathBuf> = match kind {
+        "root" => vec!["/".into()],
+        "minimal" => MINIMAL_READ.iter().map(PathBuf::from).collect(),
+        "current_working_directory" => vec![context.cwd.clone()],
+        "project_roots" => context.project_roots.clone(),
+        "tmpdir" => vec![context.tmpdir.clone()],
+        "slash_tmp" => vec!["/tmp".into()],
+        // Ignoring an unknown root grants less than asked, except when it would deny.
+        _ if access != Access::None => {
+            tracing::warn!("ignoring the unknown special sandbox root {kind:?}");
+            Vec::new()
+        }
+        _ => {
+            return Err(format!(
+                "the special root {kind:?} is unknown to this server"
+            ))
+        }
+    };
+    Ok(match subpath {
+        None => bases,
+        Some(sub) => bases.into_iter().map(|b| b.join(&sub)).collect(),
+    })
+}
+
+/// A subpath: relative, without `..`.
+fn relative(subpath: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(subpath);
+    if path
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        Ok(path)
+    } else {
+        Err(format!(
+            "subpath {subpath:?} must be relative, without `..`"
+        ))
+    }
+}
+
+/// Adds read-only rules for [`PROTECTED_NAMES`] inside every writable root, unless an entry
+/// names that path itself.
+fn protect_names(rules: &mut Vec<Resolved>) {
+    let writable: Vec<PathBuf> = rules
+        .iter()
+        .filter(|r| r.access == Access::Write)
+        .map(|r| r.path.clone())
+        .collect();
+    for root in writable {
+        for name in PROTECTED_NAMES {
+            let Ok(path) = std::fs::canonicalize(root.join(name)) else {
+                continue;
+            };
+            if !rules.iter().any(|r| r.path == path) {
+                rules.push(Resolved {
+                    reason: format!(
+                        "{name} stays read-only inside the writable {}",
+                        root.display()
+                    ),
+                    path,
+                    access: Access::Read,
+                });
+            }
+        }
+    }
+}
+
+fn rule(path: &str, access: Access, reason: &str) -> Resolved {
+    Resolved {
+        path: path.into(),
+        access,
+        reason: reason.into(),
+    }
+}
+
+/// Compiles `managed` intersected with the environment's rules for `target`.
+fn compile(managed: &Managed, base: &Base, target: Target) -> Result<Sandbox, RpcError> {
+    let mut policy = Policy::new();
+    policy.network = match target {
+        Target::Process => managed.network,
+        Target::Thread | Target::Child => Network::Host,
+    };
+    policy.narrowing = match target {
+        Target::Process | Target::Child => Narrowing::MountElseCover,
+        Target::Thread if rustix::process::geteuid().is_root() => Narrowing::MountElseCover,
+        Target::Thread => Narrowing::Cover,
+    };
+    policy.rules = intersect(&managed.rules, &base.rules);
+    Sandbox::compile(&policy).map_err(|e| {
+        let what = match e.to_string().contains("network") {
+            true => "network restrictions",
+            false => "filesystem sandbox restrictions",
+        };
+        RpcError::invalid_params(format!("{what} cannot be enforced: {e}"))
+    })
+}
+
+/// The rules giving every path the weaker of what `managed` and `base` give it: a rule at every
+/// path of either set (the longest rule path above any path is then in both sets' terms the
+/// same as each set's own longest), with the minimum of the two accesses there.
+fn intersect(managed: &[Resolved], base: &[(PathBuf, Access)]) -> Vec<cleanroom::protect::Rule> {
+    let as_rule = |r: &Resolved| cleanroom::protect::Rule {
+        path: r.path.clone(),
+        access: r.access,
+        reason: r.reason.clone(),
+    };
+    if base.is_empty() {
+        return managed.iter().map(as_rule).collect();
+    }
+    let mut left = Policy::new();
+    left.rules = managed.iter().map(as_rule).collect();
+    let mut right = Policy::new();
+    for (path, access) in base {
+        right.rule(path.clone(), *access, "environment protection");
+    }
+    let mut rules: Vec<cleanroom::protect::Rule> = Vec::new();
+    for (path, reason) in managed
+        .iter()
+        .map(|r| (&r.path, r.reason.as_str()))
+        .chain(base.iter().map(|(p, _)| (p, "environment protection")))
+    {
+        if rules.iter().any(|r| &r.path == path) {
+            continue;
+        }
+        let access = left.access(path).min(right.access(path));
+        rules.push(cleanroom::protect::Rule {
+            path: path.clone(),
+            access,
+            reason: reason.to_string(),
+        });
+    }
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn resolved(path: &str, access: Access) -> Resolved {
+        rule(path, access, "t")
+    }
+
+    #[test]
+    fn intersection_gives_every_path_the_weaker_access() {
+        let managed = [resolved("/", Access::Read), resolved("/w", Access::Write)];
+        let base = [
+            (PathBuf::from("/"), Access::Write),
+            (PathBuf::from("/w/home"), Access::Read),
+        ];
+        let mut policy = Policy::new();
+        policy.rules = intersect(&managed, &base);
+        assert_eq!(policy.access(Path::new("/etc")), Access::Read);
+        assert_eq!(policy.access(Path::new("/w/x")), Access::Write);
+        assert_eq!(policy.access(Path::new("/w/home/x")), Access::Read);
+    }
+
+    #[test]
+    fn codex_workspace_write_resolves_its_special_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(ws.join(".git")).unwrap();
+        std::fs::create_dir(ws.join(".codex")).unwrap();
+        let sandbox = json!({"cwd": crate::uri::file_uri(&ws), "permissions": {"type": "managed",
+            "network": "restricted", "file_system": {"type": "restricted", "entries": [
+            {"access": "read", "path": {"type": "special", "value": {"kind": "root"}}},
+            {"access": "write", "path": {"type": "special", "value": {"kind": "project_roots"}}},
+            {"access": "write", "path": {"type": "special", "value": {"kind": "slash_tmp"}}},
+            {"access": "read", "path": {"type": "special", "value": {"kind": "project_roots", "subpath": ".git"}}}]}}});
+        let managed = parse(Some(&sandbox), Path::new("/"), Path::new("/tmp"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(managed.network, Network::Loopback);
+        let mut policy = Policy::new();
+        policy.rules = intersect(&managed.rules, &[]);
+        assert_eq!(policy.access(&ws.join("src")), Access::Write);
+        assert_eq!(policy.access(&ws.join(".git/config")), Access::Read);
+        assert_eq!(
+            policy.access(&ws.join(".codex/x")),
+            Access::Read,
+            "protected name added"
+        );
+        assert_eq!(policy.access(Path::new("/etc")), Access::Read);
+    }
+
+    #[test]
+    fn refusals_name_the_entry() {
+        let bad = json!({"permissions": {"type": "managed", "file_system": {"type": "restricted",
+            "entries": [{"access": "none", "path": {"type": "special", "value": {"kind": "nonesuch"}}}]}}});
+        let err = parse(Some(&bad), Path::new("/"), Path::new("/tmp")).unwrap_err();
+        assert!(err.message.contains("entries[0]"), "{}", err.message);
+        let disabled = json!({"permissions": {"type": "disabled"}});
+        assert!(parse(Some(&disabled), Path::new("/"), Path::new("/tmp"))
+            .unwrap()
+            .is_none());
+    }
+}
