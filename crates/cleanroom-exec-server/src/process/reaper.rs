@@ -114,38 +114,13 @@ impl Members for Scope {
                 continue;
             }
             stack.extend(process::children(pid));
-            let Some(thread) = running_thread(pid) else {
-                continue;
-            };
-            let environ = std::fs::read(format!("/proc/{pid}/task/{thread}/environ"));
-            let tagged = environ.is_ok_and(|env| {
-                env.split(|&b| b == 0)
-                    .any(|e| e == self.env_entry.as_slice())
-            });
+            let tagged = process::is_alive(pid) && process::environ_has(pid, &self.env_entry);
             if let (true, Some(id)) = (tagged, ProcessId::of(pid)) {
                 members.push(process::describe(id));
             }
         }
         members
     }
-}
-
-/// A thread of `pid` that is not a zombie: the leader itself, or, for a zombie leader, one of
-/// its live threads. `None` when the whole process has exited.
-fn running_thread(pid: i32) -> Option<i32> {
-    if !process::is_dead_or_zombie(pid) {
-        return Some(pid);
-    }
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    tasks
-        .flatten()
-        .filter_map(|t| t.file_name().to_str()?.parse::<i32>().ok())
-        .find(|&tid| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).is_ok_and(|stat| {
-                let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-                !state.starts_with('Z') && !state.starts_with('X')
-            })
-        })
 }
 
 /// Who belongs to one started process: its main process while it lives, that process's
