@@ -148,6 +148,15 @@ pub fn start_time(pid: i32) -> io::Result<u64> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))
 }
 
+/// Whether this process has exactly one thread (field 20 of `/proc/self/stat`); false when
+/// that cannot be read.
+pub fn single_threaded() -> bool {
+    stat_fields(std::process::id() as i32)
+        .ok()
+        .and_then(|fields| fields.get(17).map(|n| n == "1"))
+        .unwrap_or(false)
+}
+
 /// The fields of `/proc/<pid>/stat` after the command name: index 0 is field 3 (state).
 fn stat_fields(pid: i32) -> io::Result<Vec<String>> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;

@@ -2,8 +2,12 @@
 //!
 //! The cgroup2 mount is found in `/proc/self/mountinfo` and our own cgroup in `/proc/self/cgroup`
 //! (never hard-coded: it is `/sys/fs/cgroup` on systemd hosts, `/sys/fs/cgroup/unified` here).
-//! A run's leaf is `cleanroom-<run id>` beside... below our own cgroup; the child joins it in
-//! `pre_exec` by writing "0" to an already-open `cgroup.procs`, a single async-signal-safe write.
+//! A run's leaf is `cleanroom-<run id>` beside... below our own cgroup. A single-threaded runner
+//! starts its child inside the leaf (`clone3` with `CLONE_INTO_CGROUP`): migrating a task through
+//! `cgroup.procs` takes the global threadgroup rwsem for writing, which waits for an RCU grace
+//! period (≈8 ms here when runs are spaced out). Otherwise the child joins in `pre_exec` by
+//! writing "0" to an already-open `cgroup.procs`, a single async-signal-safe write. Either way
+//! the child is a member before it executes anything of the command.
 
 use std::fs;
 use std::io::Write;
@@ -131,6 +135,8 @@ pub(super) struct Cgroup {
     path: PathBuf,
     /// `cgroup.procs`, open for writing, for the child to join in pre_exec.
     procs: OwnedFd,
+    /// The leaf itself, for `clone3(CLONE_INTO_CGROUP)`.
+    dir: OwnedFd,
 }
 
 impl Cgroup {
@@ -153,16 +159,35 @@ impl Cgroup {
         }
         let path = parent.join(format!("cleanroom-{run_id}"));
         fs::create_dir(&path).at("create cgroup", &path)?;
+        let open = |path: &Path, flags: OFlags| {
+            rustix::fs::open(path, flags | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| Error::io("open", path, e))
+        };
         let procs_path = path.join("cgroup.procs");
-        let procs =
-            match rustix::fs::open(&procs_path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()) {
-                Ok(fd) => fd,
-                Err(e) => {
-                    let _ = fs::remove_dir(&path);
-                    return Err(Error::io("open", &procs_path, e));
-                }
-            };
-        Ok(Cgroup { path, procs })
+        let fds = open(&procs_path, OFlags::WRONLY)
+            .and_then(|procs| Ok((procs, open(&path, OFlags::RDONLY | OFlags::DIRECTORY)?)));
+        match fds {
+            Ok((procs, dir)) => Ok(Cgroup { path, procs, dir }),
+            Err(e) => {
+                let _ = fs::remove_dir(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts `command` as a member of the leaf; returns its pid. Born inside when the runner
+    /// is single-threaded and the kernel has `CLONE_INTO_CGROUP`, else joined in `pre_exec` (the
+    /// hook then runs after the other hooks, which is as good: `cgroup.procs` is already open,
+    /// and nothing of the command runs before exec).
+    pub(super) fn spawn(&self, command: &mut Command) -> std::io::Result<i32> {
+        if process::single_threaded() {
+            match clone_into(&self.dir, command) {
+                Err(e) if clone3_unsupported(&e) => {}
+                result => return result,
+            }
+        }
+        self.configure(command);
+        command.spawn().map(|child| child.id() as i32)
     }
 
     pub(super) fn path(&self) -> &Path {
@@ -211,6 +236,87 @@ impl Cgroup {
             }
         }
     }
+}
+
+/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Whether clone3 failed because this kernel lacks it or `CLONE_INTO_CGROUP` (then the
+/// `cgroup.procs` join is used), rather than because the spawn itself failed.
+fn clone3_unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL)
+    )
+}
+
+/// Forks a child born in the cgroup `dir`, which runs `command`'s hooks and execs it
+/// (`Command::exec`); an exec or hook failure comes back as its errno through a CLOEXEC pipe,
+/// as `Command::spawn` reports it. The caller is single-threaded, so the child, a plain copy
+/// of it, may allocate like the child of `fork(2)`.
+fn clone_into(dir: &OwnedFd, command: &mut Command) -> std::io::Result<i32> {
+    let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let mut args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: dir.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 without CLONE_VM or a stack is fork(2) into a cgroup; `args` outlives
+    // the call and its size is passed.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        drop(reader);
+        let errno = command.exec().raw_os_error().unwrap_or(libc::EINVAL);
+        let _ = rustix::io::write(&writer, &errno.to_ne_bytes());
+        // SAFETY: _exit ends the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(127) };
+    }
+    drop(writer);
+    let mut errno = [0u8; 4];
+    let mut got = 0;
+    while got < errno.len() {
+        match rustix::io::read(&reader, &mut errno[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if got == 0 {
+        return Ok(pid as i32);
+    }
+    // The child failed before exec: reap it, as Command::spawn does.
+    let _ = rustix::process::waitpid(
+        rustix::process::Pid::from_raw(pid as i32),
+        rustix::process::WaitOptions::empty(),
+    );
+    Err(std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno)))
 }
 
 fn is_root_cgroup(path: &Path) -> bool {
