@@ -318,7 +318,12 @@ pub fn with_env_entry(name: &str, value: &str, uid: u32) -> Vec<ProcessInfo> {
 /// The raw environment of `pid` (`NAME=value` entries separated by NUL), or `None` when it
 /// cannot be read. Every membership test by environment goes through here.
 pub fn environ(pid: i32) -> Option<Vec<u8>> {
-    fs::read(Path::new(&format!("/proc/{pid}/environ"))).ok()
+    let mut file = fs::File::open(Path::new(&format!("/proc/{pid}/environ"))).ok()?;
+    // procfs reports size 0: start with room for a typical environment rather than letting
+    // `fs::read` stat the file and grow from a 32-byte probe (a read per doubling).
+    let mut env = Vec::with_capacity(16 << 10);
+    std::io::Read::read_to_end(&mut file, &mut env).ok()?;
+    Some(env)
 }
 
 /// Whether the environment of `pid` has exactly the entry `needle`.

@@ -372,8 +372,11 @@ const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 /// `..`, symlinks or magic links. The marker lives inside the run's own root, so the run could
 /// have rewritten it: the path is a claim to verify, never a place to go.
 fn open_recorded_cgroup(path: &Path, run_id: &str) -> Option<(OwnedFd, OwnedFd)> {
-    let mount = cgroup2_mount().ok()?;
-    let relative = path.strip_prefix(&mount).ok()?;
+    // Read once per process (gc visits many roots): a stale value can only make the opens below
+    // fail, and what they open must still be cgroup2 directories of the expected name.
+    static MOUNT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let mount = MOUNT.get_or_init(|| cgroup2_mount().ok()).as_ref()?;
+    let relative = path.strip_prefix(mount).ok()?;
     let plain = relative
         .components()
         .all(|c| matches!(c, Component::Normal(_)));
@@ -382,7 +385,7 @@ fn open_recorded_cgroup(path: &Path, run_id: &str) -> Option<(OwnedFd, OwnedFd)>
         return None;
     }
     let mount_fd = rustix::fs::open(
-        &mount,
+        mount,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
@@ -409,9 +412,18 @@ fn read_control(dir: &OwnedFd, name: &str) -> Option<String> {
         Mode::empty(),
     )
     .ok()?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut fs::File::from(fd), &mut text).ok()?;
-    Some(text)
+    // Plain reads into room for a page: `read_to_string` would stat and seek first.
+    let mut text = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        match rustix::io::read(&fd, &mut chunk) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&chunk[..n]),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(text).ok()
 }
 
 /// The processes in a dead run's recorded cgroup, without touching it (`gc --dry-run`); see
@@ -434,6 +446,16 @@ pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
     let Some((parent, dir)) = open_recorded_cgroup(path, run_id) else {
         return Vec::new();
     };
+    let name = path.file_name().expect("checked in open_recorded_cgroup");
+    let populated =
+        |dir: &OwnedFd| read_control(dir, "cgroup.events").map(|e| e.contains("populated 1"));
+    // A leaf the run's watchdog emptied (the usual case) has nothing to list or kill. A process
+    // joining it after this read can only come from outside the run; rmdir then refuses, as it
+    // would after the kill loop below.
+    if populated(&dir) == Some(false) {
+        let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
+        return Vec::new();
+    }
     let members: Vec<ProcessInfo> = read_control(&dir, "cgroup.procs")
         .unwrap_or_default()
         .split_whitespace()
@@ -449,13 +471,10 @@ pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
         let _ = rustix::io::write(&fd, b"1");
     }
     let deadline = Instant::now() + Duration::from_secs(2);
-    while read_control(&dir, "cgroup.events").is_some_and(|e| e.contains("populated 1"))
-        && Instant::now() < deadline
-    {
+    while populated(&dir) == Some(true) && Instant::now() < deadline {
         reap_orphans(&|_| false);
         std::thread::sleep(Duration::from_millis(2));
     }
-    let name = path.file_name().expect("checked in open_recorded_cgroup");
     let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
     members
 }
