@@ -47,7 +47,7 @@ pub struct Host {
 impl Host {
     /// Reads the current machine, boot and pid namespace.
     pub fn current() -> io::Result<Host> {
-        let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        let boot_id = read_kernel_text("/proc/sys/kernel/random/boot_id")?
             .trim()
             .to_string();
         let pid_ns = fs::metadata("/proc/self/ns/pid")?.ino();
@@ -159,7 +159,7 @@ pub fn single_threaded() -> bool {
 
 /// The fields of `/proc/<pid>/stat` after the command name: index 0 is field 3 (state).
 fn stat_fields(pid: i32) -> io::Result<Vec<String>> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let stat = read_kernel_text(format!("/proc/{pid}/stat"))?;
     let after = stat
         .rfind(')')
         .map(|i| &stat[i + 1..])
@@ -277,7 +277,7 @@ pub fn still_alive(id: ProcessId) -> bool {
 
 /// The real uid of `pid`.
 pub fn real_uid(pid: i32) -> Option<u32> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = read_kernel_text(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))
@@ -318,12 +318,22 @@ pub fn with_env_entry(name: &str, value: &str, uid: u32) -> Vec<ProcessInfo> {
 /// The raw environment of `pid` (`NAME=value` entries separated by NUL), or `None` when it
 /// cannot be read. Every membership test by environment goes through here.
 pub fn environ(pid: i32) -> Option<Vec<u8>> {
-    let mut file = fs::File::open(Path::new(&format!("/proc/{pid}/environ"))).ok()?;
-    // procfs reports size 0: start with room for a typical environment rather than letting
-    // `fs::read` stat the file and grow from a 32-byte probe (a read per doubling).
-    let mut env = Vec::with_capacity(16 << 10);
-    std::io::Read::read_to_end(&mut file, &mut env).ok()?;
-    Some(env)
+    read_kernel_file(fs::File::open(Path::new(&format!("/proc/{pid}/environ"))).ok()?).ok()
+}
+
+/// Reads a file the kernel generates (procfs, cgroupfs) in as few calls as it allows. Such files
+/// report size 0, so `fs::read` would stat them and grow from a 32-byte probe, a read per
+/// doubling; this starts with room for what they usually hold.
+pub fn read_kernel_file(mut file: fs::File) -> io::Result<Vec<u8>> {
+    let mut data = Vec::with_capacity(16 << 10);
+    io::Read::read_to_end(&mut file, &mut data)?;
+    Ok(data)
+}
+
+/// [`read_kernel_file`] of `path`, as text.
+pub fn read_kernel_text(path: impl AsRef<Path>) -> io::Result<String> {
+    String::from_utf8(read_kernel_file(fs::File::open(path)?)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Whether the environment of `pid` has exactly the entry `needle`.

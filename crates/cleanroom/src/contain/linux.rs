@@ -70,7 +70,7 @@ pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) {
 /// Where the cgroup2 filesystem is mounted (from `/proc/self/mountinfo`; never hard-coded).
 pub fn cgroup2_mount() -> Result<PathBuf> {
     let mountinfo =
-        fs::read_to_string("/proc/self/mountinfo").at("read", "/proc/self/mountinfo")?;
+        process::read_kernel_text("/proc/self/mountinfo").at("read", "/proc/self/mountinfo")?;
     cgroup2_mount_in(&mountinfo).ok_or_else(|| Error::Unsupported {
         what: "cgroup v2",
         reason: "no cgroup2 filesystem is mounted".into(),
@@ -118,7 +118,7 @@ pub(crate) fn unescape_mountinfo(field: &str) -> String {
 /// The cgroup v2 directory this process lives in, if cgroup2 is mounted.
 pub fn cgroup_root() -> Result<PathBuf> {
     let mount = cgroup2_mount()?;
-    let own = fs::read_to_string("/proc/self/cgroup").at("read", "/proc/self/cgroup")?;
+    let own = process::read_kernel_text("/proc/self/cgroup").at("read", "/proc/self/cgroup")?;
     let relative = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
@@ -143,7 +143,7 @@ impl Cgroup {
     pub(super) fn create(run_id: &str) -> Result<Cgroup> {
         let parent = cgroup_root()?;
         let controllers =
-            fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+            process::read_kernel_text(parent.join("cgroup.subtree_control")).unwrap_or_default();
         if !controllers.trim().is_empty()
             && parent.join("cgroup.procs").exists()
             && !is_root_cgroup(&parent)
@@ -412,18 +412,7 @@ fn read_control(dir: &OwnedFd, name: &str) -> Option<String> {
         Mode::empty(),
     )
     .ok()?;
-    // Plain reads into room for a page: `read_to_string` would stat and seek first.
-    let mut text = Vec::with_capacity(4096);
-    let mut chunk = [0u8; 4096];
-    loop {
-        match rustix::io::read(&fd, &mut chunk) {
-            Ok(0) => break,
-            Ok(n) => text.extend_from_slice(&chunk[..n]),
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return None,
-        }
-    }
-    String::from_utf8(text).ok()
+    String::from_utf8(process::read_kernel_file(fs::File::from(fd)).ok()?).ok()
 }
 
 /// The processes in a dead run's recorded cgroup, without touching it (`gc --dry-run`); see
