@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the trees the benchmarks remove (used by bench-gc.sh and bench-remove.sh).
+"""Builds the trees the benchmarks remove (used by scripts/bench).
 
   bench-tree.py stale-roots DIR N FILES [CGROUPS [kept]]
       DIR (created 0700) gets N stale roots `run-<id>`, each as a run leaves it: a real version-1

@@ -14,6 +14,8 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# The benchmark harness at tiny sizes (debug build, one round): it must keep working.
+scripts/bench --smoke
 
 # examples/library: the crate used from another program (its own lockfile and target dir).
 example_state=$(mktemp -d)

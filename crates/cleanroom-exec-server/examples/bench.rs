@@ -9,7 +9,7 @@
 //!    server would send (the client parses and decodes them exactly as in 2).
 //!
 //! Usage: `bench --cleanroom PATH [--state-dir DIR] [--rounds N] [--bytes B]`
-//! (scripts/bench-serve.sh builds --release and runs it).
+//! (`scripts/bench` builds it and runs it once per round for its `serve-*` pairs).
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};

@@ -1,8 +1,8 @@
 //! Removes one directory tree with cleanroom's removal walk: `remove_tree DIR`.
 //!
-//! For `scripts/bench-remove.sh`, which times it against `rm -rf` of an identical tree. The walk
-//! is the one every root goes through (`cleanroom::remove::remove_contents`), then the emptied
-//! directory itself is removed.
+//! For `scripts/bench` (its `remove-*` pairs), which times it against `rm -rf` of an identical
+//! tree. The walk is the one every root goes through (`cleanroom::remove::remove_contents`),
+//! then the emptied directory itself is removed.
 
 use std::path::Path;
 

@@ -152,7 +152,8 @@ impl Marker {
         if stat.st_size as u64 > MAX_MARKER_BYTES {
             return Err(MarkerProblem::refused("marker is too large".into()));
         }
-        let mut text = String::new();
+        // Room for the whole file, so it is read in one call (not grown from a small probe).
+        let mut text = String::with_capacity(stat.st_size as usize + 1);
         std::fs::File::from(fd)
             .take(MAX_MARKER_BYTES)
             .read_to_string(&mut text)

@@ -9,6 +9,7 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use rustix::process::{Pid, PidfdFlags, Signal};
 use serde::{Deserialize, Serialize};
@@ -46,7 +47,7 @@ pub struct Host {
 impl Host {
     /// Reads the current machine, boot and pid namespace.
     pub fn current() -> io::Result<Host> {
-        let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        let boot_id = read_kernel_text("/proc/sys/kernel/random/boot_id")?
             .trim()
             .to_string();
         let pid_ns = fs::metadata("/proc/self/ns/pid")?.ino();
@@ -147,9 +148,18 @@ pub fn start_time(pid: i32) -> io::Result<u64> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))
 }
 
+/// Whether this process has exactly one thread (field 20 of `/proc/self/stat`); false when
+/// that cannot be read.
+pub fn single_threaded() -> bool {
+    stat_fields(std::process::id() as i32)
+        .ok()
+        .and_then(|fields| fields.get(17).map(|n| n == "1"))
+        .unwrap_or(false)
+}
+
 /// The fields of `/proc/<pid>/stat` after the command name: index 0 is field 3 (state).
 fn stat_fields(pid: i32) -> io::Result<Vec<String>> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let stat = read_kernel_text(format!("/proc/{pid}/stat"))?;
     let after = stat
         .rfind(')')
         .map(|i| &stat[i + 1..])
@@ -282,7 +292,7 @@ pub fn still_alive(id: ProcessId) -> bool {
 
 /// The real uid of `pid`.
 pub fn real_uid(pid: i32) -> Option<u32> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = read_kernel_text(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))
@@ -326,19 +336,39 @@ pub fn with_env_entry(name: &str, value: &str, uid: u32) -> Vec<ProcessInfo> {
 /// A leader that called `pthread_exit` has no memory map of its own any more, so its
 /// `environ` cannot be read; the environment of a thread still running is read instead.
 pub fn environ(pid: i32) -> Option<Vec<u8>> {
-    match fs::read(format!("/proc/{pid}/environ")) {
+    match read_kernel_path(format!("/proc/{pid}/environ")) {
         Ok(env) if !env.is_empty() => Some(env),
         Ok(_) | Err(_) if !is_alive(pid) => None,
         first => fs::read_dir(format!("/proc/{pid}/task"))
             .ok()?
             .flatten()
             .find_map(|task| {
-                fs::read(task.path().join("environ"))
+                read_kernel_path(task.path().join("environ"))
                     .ok()
                     .filter(|e| !e.is_empty())
             })
             .or(first.ok()),
     }
+}
+
+/// [`read_kernel_file`] of `path`.
+fn read_kernel_path(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
+    read_kernel_file(fs::File::open(path)?)
+}
+
+/// Reads a file the kernel generates (procfs, cgroupfs) in as few calls as it allows. Such files
+/// report size 0, so `fs::read` would stat them and grow from a 32-byte probe, a read per
+/// doubling; this starts with room for what they usually hold.
+pub fn read_kernel_file(mut file: fs::File) -> io::Result<Vec<u8>> {
+    let mut data = Vec::with_capacity(16 << 10);
+    io::Read::read_to_end(&mut file, &mut data)?;
+    Ok(data)
+}
+
+/// [`read_kernel_file`] of `path`, as text.
+pub fn read_kernel_text(path: impl AsRef<Path>) -> io::Result<String> {
+    String::from_utf8(read_kernel_path(path)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Whether the environment of `pid` has exactly the entry `needle`.

@@ -76,7 +76,8 @@ pub struct Layout {
     pub homes: BTreeMap<String, PathBuf>,
 }
 
-/// The directories every root has, relative to it, in creation order.
+/// The directories of a root, relative to it, in creation order (`homes` only when a
+/// tool-home variable needs a directory in it).
 pub const LAYOUT_DIRS: [&str; 9] = [
     "home",
     "tmp",
@@ -185,7 +186,12 @@ impl Root {
         };
         let mut pending = pending;
         pending.write_marker(&marker)?;
-        for sub in LAYOUT_DIRS {
+        // `homes` holds only the per-variable directories: without any, nothing points into it,
+        // so it is not made (one mkdir and one rmdir less per run; gc accepts either shape).
+        for sub in LAYOUT_DIRS
+            .iter()
+            .filter(|sub| **sub != "homes" || !options.homes.is_empty())
+        {
             pending.mkdir(sub)?;
         }
         for var in &options.homes {

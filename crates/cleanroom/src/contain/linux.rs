@@ -2,8 +2,12 @@
 //!
 //! The cgroup2 mount is found in `/proc/self/mountinfo` and our own cgroup in `/proc/self/cgroup`
 //! (never hard-coded: it is `/sys/fs/cgroup` on systemd hosts, `/sys/fs/cgroup/unified` here).
-//! A run's leaf is `cleanroom-<run id>` beside... below our own cgroup; the child joins it in
-//! `pre_exec` by writing "0" to an already-open `cgroup.procs`, a single async-signal-safe write.
+//! A run's leaf is `cleanroom-<run id>` beside... below our own cgroup. A single-threaded runner
+//! starts its child inside the leaf (`clone3` with `CLONE_INTO_CGROUP`): migrating a task through
+//! `cgroup.procs` takes the global threadgroup rwsem for writing, which waits for an RCU grace
+//! period (≈8 ms here when runs are spaced out). Otherwise the child joins in `pre_exec` by
+//! writing "0" to an already-open `cgroup.procs`, a single async-signal-safe write. Either way
+//! the child is a member before it executes anything of the command.
 
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -65,7 +69,7 @@ pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) {
 /// Where the cgroup2 filesystem is mounted (from `/proc/self/mountinfo`; never hard-coded).
 pub fn cgroup2_mount() -> Result<PathBuf> {
     let mountinfo =
-        fs::read_to_string("/proc/self/mountinfo").at("read", "/proc/self/mountinfo")?;
+        process::read_kernel_text("/proc/self/mountinfo").at("read", "/proc/self/mountinfo")?;
     cgroup2_mount_in(&mountinfo).ok_or_else(|| Error::Unsupported {
         what: "cgroup v2",
         reason: "no cgroup2 filesystem is mounted".into(),
@@ -113,7 +117,7 @@ pub(crate) fn unescape_mountinfo(field: &str) -> String {
 /// The cgroup v2 directory this process lives in, if cgroup2 is mounted.
 pub fn cgroup_root() -> Result<PathBuf> {
     let mount = cgroup2_mount()?;
-    let own = fs::read_to_string("/proc/self/cgroup").at("read", "/proc/self/cgroup")?;
+    let own = process::read_kernel_text("/proc/self/cgroup").at("read", "/proc/self/cgroup")?;
     let relative = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
@@ -128,7 +132,7 @@ pub fn cgroup_root() -> Result<PathBuf> {
 #[derive(Debug)]
 pub(super) struct Cgroup {
     path: PathBuf,
-    /// The leaf itself, for its control files.
+    /// The leaf itself, for its control files and `clone3(CLONE_INTO_CGROUP)`.
     dir: OwnedFd,
     /// `cgroup.procs`, open for writing, for the child to join in pre_exec.
     procs: OwnedFd,
@@ -138,7 +142,7 @@ impl Cgroup {
     pub(super) fn create(run_id: &str) -> Result<Cgroup> {
         let parent = cgroup_root()?;
         let controllers =
-            fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+            process::read_kernel_text(parent.join("cgroup.subtree_control")).unwrap_or_default();
         if !controllers.trim().is_empty()
             && parent.join("cgroup.procs").exists()
             && !is_root_cgroup(&parent)
@@ -154,17 +158,18 @@ impl Cgroup {
         }
         let path = parent.join(format!("cleanroom-{run_id}"));
         fs::create_dir(&path).at("create cgroup", &path)?;
+        let open = |path: &Path, flags: OFlags| {
+            rustix::fs::open(path, flags | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| Error::io("open", path, e))
+        };
         let procs_path = path.join("cgroup.procs");
-        let opened = rustix::fs::open(&procs_path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
-            .and_then(|procs| {
-                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-                Ok((procs, rustix::fs::open(&path, flags, Mode::empty())?))
-            });
-        match opened {
-            Ok((procs, dir)) => Ok(Cgroup { path, dir, procs }),
+        let fds = open(&procs_path, OFlags::WRONLY)
+            .and_then(|procs| Ok((procs, open(&path, OFlags::RDONLY | OFlags::DIRECTORY)?)));
+        match fds {
+            Ok((procs, dir)) => Ok(Cgroup { path, procs, dir }),
             Err(e) => {
                 let _ = fs::remove_dir(&path);
-                Err(Error::io("open", &procs_path, e))
+                Err(e)
             }
         }
     }
@@ -172,6 +177,21 @@ impl Cgroup {
     /// The leaf's directory.
     pub(super) fn dir(&self) -> &OwnedFd {
         &self.dir
+    }
+
+    /// Starts `command` as a member of the leaf; returns its pid. Born inside when the runner
+    /// is single-threaded and the kernel has `CLONE_INTO_CGROUP`, else joined in `pre_exec` (the
+    /// hook then runs after the other hooks, which is as good: `cgroup.procs` is already open,
+    /// and nothing of the command runs before exec).
+    pub(super) fn spawn(&self, command: &mut Command) -> std::io::Result<i32> {
+        if process::single_threaded() {
+            match clone_into(&self.dir, command) {
+                Err(e) if clone3_unsupported(&e) => {}
+                result => return result,
+            }
+        }
+        self.configure(command);
+        command.spawn().map(|child| child.id() as i32)
     }
 
     pub(super) fn path(&self) -> &Path {
@@ -227,6 +247,87 @@ impl Cgroup {
     }
 }
 
+/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Whether clone3 failed because this kernel lacks it or `CLONE_INTO_CGROUP` (then the
+/// `cgroup.procs` join is used), rather than because the spawn itself failed.
+fn clone3_unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL)
+    )
+}
+
+/// Forks a child born in the cgroup `dir`, which runs `command`'s hooks and execs it
+/// (`Command::exec`); an exec or hook failure comes back as its errno through a CLOEXEC pipe,
+/// as `Command::spawn` reports it. The caller is single-threaded, so the child, a plain copy
+/// of it, may allocate like the child of `fork(2)`.
+fn clone_into(dir: &OwnedFd, command: &mut Command) -> std::io::Result<i32> {
+    let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let mut args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: dir.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 without CLONE_VM or a stack is fork(2) into a cgroup; `args` outlives
+    // the call and its size is passed.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        drop(reader);
+        let errno = command.exec().raw_os_error().unwrap_or(libc::EINVAL);
+        let _ = rustix::io::write(&writer, &errno.to_ne_bytes());
+        // SAFETY: _exit ends the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(127) };
+    }
+    drop(writer);
+    let mut errno = [0u8; 4];
+    let mut got = 0;
+    while got < errno.len() {
+        match rustix::io::read(&reader, &mut errno[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if got == 0 {
+        return Ok(pid as i32);
+    }
+    // The child failed before exec: reap it, as Command::spawn does.
+    let _ = rustix::process::waitpid(
+        rustix::process::Pid::from_raw(pid as i32),
+        rustix::process::WaitOptions::empty(),
+    );
+    Err(std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno)))
+}
+
 fn is_root_cgroup(path: &Path) -> bool {
     !path.join("cgroup.type").exists()
 }
@@ -280,8 +381,11 @@ const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 /// `..`, symlinks or magic links. The marker lives inside the run's own root, so the run could
 /// have rewritten it: the path is a claim to verify, never a place to go.
 fn open_recorded_cgroup(path: &Path, run_id: &str) -> Option<(OwnedFd, OwnedFd)> {
-    let mount = cgroup2_mount().ok()?;
-    let relative = path.strip_prefix(&mount).ok()?;
+    // Read once per process (gc visits many roots): a stale value can only make the opens below
+    // fail, and what they open must still be cgroup2 directories of the expected name.
+    static MOUNT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let mount = MOUNT.get_or_init(|| cgroup2_mount().ok()).as_ref()?;
+    let relative = path.strip_prefix(mount).ok()?;
     let plain = relative
         .components()
         .all(|c| matches!(c, Component::Normal(_)));
@@ -290,7 +394,7 @@ fn open_recorded_cgroup(path: &Path, run_id: &str) -> Option<(OwnedFd, OwnedFd)>
         return None;
     }
     let mount_fd = rustix::fs::open(
-        &mount,
+        mount,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
@@ -317,9 +421,7 @@ fn read_control(dir: &OwnedFd, name: &str) -> Option<String> {
         Mode::empty(),
     )
     .ok()?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut fs::File::from(fd), &mut text).ok()?;
-    Some(text)
+    String::from_utf8(process::read_kernel_file(fs::File::from(fd)).ok()?).ok()
 }
 
 /// The processes in a dead run's recorded cgroup, without touching it (`gc --dry-run`); see
@@ -342,6 +444,14 @@ pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
     let Some((parent, dir)) = open_recorded_cgroup(path, run_id) else {
         return Vec::new();
     };
+    let name = path.file_name().expect("checked in open_recorded_cgroup");
+    // A leaf the run's watchdog emptied (the usual case) has nothing to list or kill. A process
+    // joining it after this read can only come from outside the run; rmdir then refuses, as it
+    // would after a kill loop.
+    if !is_populated(&dir) {
+        let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
+        return Vec::new();
+    }
     let mut members: Vec<ProcessInfo> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -362,7 +472,6 @@ pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
             return members;
         }
     }
-    let name = path.file_name().expect("checked in open_recorded_cgroup");
     let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
     members
 }

@@ -212,6 +212,15 @@ impl Container {
         }
     }
 
+    /// Starts `command` inside the container and returns its pid: born in the cgroup when it
+    /// can be, else joined in `pre_exec` ([`Container::configure`] must not have been called).
+    pub fn spawn(&self, command: &mut Command) -> std::io::Result<i32> {
+        match &self.cgroup {
+            Some(cgroup) => cgroup.spawn(command),
+            None => command.spawn().map(|child| child.id() as i32),
+        }
+    }
+
     /// Every living process of the run except the runner itself (and its watchdog): the
     /// cgroup's members, and on every rung the runner's descendants, so that a process that
     /// left the cgroup (as root it can write itself into another one) is still found.

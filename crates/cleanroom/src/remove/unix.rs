@@ -1,6 +1,7 @@
 //! The Unix removal walk: descriptor-relative, symlink-proof, mount-aware, depth-unbounded.
 //!
-//! Every directory is entered with `openat(O_DIRECTORY | O_NOFOLLOW)` relative to its parent's
+//! An empty directory is removed by one `unlinkat(AT_REMOVEDIR)` without being entered.
+//! Every other directory is entered with `openat(O_DIRECTORY | O_NOFOLLOW)` relative to its parent's
 //! descriptor and checked with `statx` on the opened descriptor itself: a different device or
 //! mount id means another filesystem (or a bind mount), which is reported and never entered.
 //! At most [`FD_BUDGET`] directory descriptors are open at once; a frame whose descriptor was
@@ -290,6 +291,17 @@ pub fn remove_contents(top: &OwnedFd, display: &Path, deadline: Option<Instant>)
                 )),
             }
             continue;
+        }
+        // An empty directory (most of a root's layout) goes with one rmdir: it removes only the
+        // name, and refuses a mount point (EBUSY) or a non-directory (ENOTDIR); anything else
+        // (not empty, not writable) takes the walk below, which reports what it cannot remove.
+        match rustix::fs::unlinkat(dir_fd, name.as_c_str(), AtFlags::REMOVEDIR) {
+            Ok(()) => {
+                stats.dirs += 1;
+                continue;
+            }
+            Err(Errno::NOENT) => continue,
+            Err(_) => {}
         }
         let child = match open_dir_for_removal(dir_fd, &name) {
             Ok(Some(fd)) => fd,

@@ -4,7 +4,7 @@
 //! 2. take exclusive locks (signals still default: an interrupted wait leaves nothing behind);
 //! 3. block the runner's signals; contain (subreaper, cgroup); create and publish the root with
 //!    its liveness lock; build the environment and the protection policy;
-//! 4. spawn the command (own process group, cgroup, terminal, protection, all in `pre_exec`);
+//! 4. spawn the command (born in the cgroup; own process group, terminal, protection in `pre_exec`);
 //! 5. wait for its exit, the deadline, or a signal to the runner (forward, grace, KILL; a second
 //!    signal kills at once);
 //! 6. whatever is still alive afterwards is a leak: named, TERMed, given a short grace, KILLed;
@@ -257,7 +257,6 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
             }
         });
     }
-    container.configure(&mut command);
     let foreground = terminal::Foreground::detect();
     if let Some(fg) = &foreground {
         fg.configure(&mut command);
@@ -265,10 +264,8 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     protection.configure(&mut command);
 
     let mut outcome = Outcome::default();
-    match command.spawn() {
-        Ok(child) => {
-            let main = child.id() as i32;
-            drop(child);
+    match container.spawn(&mut command) {
+        Ok(main) => {
             container.started(main);
             supervise(config, &container, &signals, main, &mut outcome);
         }

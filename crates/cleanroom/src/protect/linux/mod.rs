@@ -76,11 +76,15 @@ pub(crate) struct Grant {
 /// following it could grant a protected target) and for paths that vanished since they were
 /// listed (no rule is stricter, never weaker).
 pub(crate) fn open_for_rule(path: &Path) -> Result<Option<Grant>> {
-    let fd = match rustix::fs::open(
-        path,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    // Most entries are directories: an O_DIRECTORY open proves it of the opened inode itself
+    // (a symlink or file fails with ENOTDIR), so no fstat is needed for them.
+    match rustix::fs::open(path, flags | OFlags::DIRECTORY, Mode::empty()) {
+        Ok(fd) => return Ok(Some(Grant { fd, dir: true })),
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(_) => {}
+    }
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::NOENT) => return Ok(None),
         Err(e) => return Err(Error::io("open for a Landlock rule", path, e)),
