@@ -85,3 +85,29 @@ fn a_marker_up_to_64_kib_is_read_whole_and_a_larger_one_is_refused() {
         }
     }
 }
+
+#[test]
+fn a_fifo_in_the_markers_place_is_refused_without_blocking_the_reader() {
+    // A run could plant a FIFO under the marker's name: gc and list must not hang opening it.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join(MARKER_FILE);
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        0,
+    )
+    .unwrap();
+    let root = fs::File::open(dir.path()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(Marker::read(root.as_fd(), euid()));
+    });
+    // Only a bound on a hang, not a timing assertion: the read returns at once or never.
+    let read = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("reading a FIFO marker blocked");
+    let problem = read.unwrap_err();
+    assert!(problem.damaged, "{problem}");
+}
