@@ -63,7 +63,11 @@ fn a_marker_is_written_once_private_and_never_over_a_file_or_through_a_symlink()
 
 #[test]
 fn a_marker_up_to_64_kib_is_read_whole_and_a_larger_one_is_refused() {
-    for (size, accepted) in [(60 * 1024, true), (MAX_MARKER_BYTES + 1, false)] {
+    for (size, accepted) in [
+        (60 * 1024, true),
+        (MAX_MARKER_BYTES, true),
+        (MAX_MARKER_BYTES + 1, false),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let root = fs::File::open(dir.path()).unwrap();
         let mut written = marker(euid(), vec![String::new()]);
