@@ -244,8 +244,7 @@ fn leaks_are_named_on_stderr_and_in_the_report_and_on_leak_decides_the_status() 
 
 #[test]
 fn unprivileged_run_falls_back_to_session_and_still_kills_a_setsid_daemon() {
-    if !common::is_root() {
-        eprintln!("skipped: needs root to drop to uid {}", common::NOBODY);
+    if !common::root_or_skip("dropping to uid nobody") {
         return;
     }
     let sandbox = Sandbox::as_user("unpriv", common::NOBODY);

@@ -111,7 +111,7 @@ fn chmod_all(dir: &Path) {
 
 /// Both kinds of child this machine can run.
 fn everyone() -> Vec<Who> {
-    if running_as_root() {
+    if root_or_skip("the case of a child running as nobody") {
         vec![Who::Me, Who::Nobody]
     } else {
         vec![Who::Me]
@@ -475,10 +475,7 @@ fn without_a_mount_namespace_mounts_are_refused_or_replaced_by_the_cover() {
 #[test]
 #[ignore = "run by without_a_mount_namespace_mounts_are_refused_or_replaced_by_the_cover"]
 fn no_mount_namespace_scenario() {
-    assert!(
-        switch_is(TEST_NO_MOUNT_NS_ENV, "1"),
-        "run with {TEST_NO_MOUNT_NS_ENV}=1"
-    );
+    require_switch(TEST_NO_MOUNT_NS_ENV, "1");
     let tree = Tree::new();
     let mut policy = Policy::new();
     policy.private_dev_shm = true;
@@ -511,6 +508,7 @@ fn no_mount_namespace_scenario() {
     );
     assert_all(&output, "REFUSED", &["git:overwrite", "shm:create"]);
     tree.unchanged("work/.git/config");
+    scenario_done("no_mount_namespace_scenario");
 }
 
 #[test]
@@ -521,10 +519,7 @@ fn without_landlock_a_policy_is_refused_unless_best_effort() {
 #[test]
 #[ignore = "run by without_landlock_a_policy_is_refused_unless_best_effort"]
 fn no_landlock_scenario() {
-    assert!(
-        switch_is(TEST_LANDLOCK_ABSENT_ENV, "1"),
-        "run with {TEST_LANDLOCK_ABSENT_ENV}=1"
-    );
+    require_switch(TEST_LANDLOCK_ABSENT_ENV, "1");
     let mut policy = Policy::new();
     policy.rule("/", Access::Read, "everything readable");
     assert!(matches!(
@@ -539,6 +534,7 @@ fn no_landlock_scenario() {
         .rules
         .iter()
         .all(|r| r.enforced_by == EnforcedBy::NotEnforced));
+    scenario_done("no_landlock_scenario");
 }
 
 #[test]

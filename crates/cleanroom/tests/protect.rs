@@ -656,9 +656,7 @@ fn an_abi_1_kernel_gets_partial_protection_and_refuses_every_cross_directory_ren
 #[test]
 #[ignore = "run by an_abi_2_kernel_gets_partial_protection_that_misses_only_truncate"]
 fn landlock_abi_2_scenario() {
-    if !switch_is(TEST_LANDLOCK_MAX_ABI_ENV, "2") {
-        return;
-    }
+    require_switch(TEST_LANDLOCK_MAX_ABI_ENV, "2");
     let fx = Fixture::new();
     let mut request = fx.request(ProtectMode::Home, NetMode::Host);
     request.require = true;
@@ -697,14 +695,13 @@ fn landlock_abi_2_scenario() {
     let report = doctor::probe();
     assert_eq!(report.landlock.abi, Some(2));
     assert_eq!(report.protection.choice, "partial");
+    scenario_done("landlock_abi_2_scenario");
 }
 
 #[test]
 #[ignore = "run by an_abi_1_kernel_gets_partial_protection_and_refuses_every_cross_directory_rename"]
 fn landlock_abi_1_scenario() {
-    if !switch_is(TEST_LANDLOCK_MAX_ABI_ENV, "1") {
-        return;
-    }
+    require_switch(TEST_LANDLOCK_MAX_ABI_ENV, "1");
     let fx = Fixture::new();
     let protection = prepare(&fx.request(ProtectMode::Home, NetMode::Host));
     let status = protection.status();
@@ -726,14 +723,13 @@ try root:rename-to-cwd prename "$R/renamed.txt" ./moved.txt
     // two writable directories; `mv` would fall back to copying, rename(2) does not.
     assert_all(&output, "REFUSED", &["root:rename-to-cwd"]);
     assert!(fx.root.join("renamed.txt").exists());
+    scenario_done("landlock_abi_1_scenario");
 }
 
 #[test]
 #[ignore = "run by require_protection_fails_cleanly_where_landlock_is_absent with the switch set"]
 fn landlock_absent_scenario() {
-    if !switch_is(TEST_LANDLOCK_ABSENT_ENV, "1") {
-        return;
-    }
+    require_switch(TEST_LANDLOCK_ABSENT_ENV, "1");
     let fx = Fixture::new();
     let mut request = fx.request(ProtectMode::Home, NetMode::Host);
     request.require = true;
@@ -772,6 +768,7 @@ fn landlock_absent_scenario() {
     let report = doctor::probe();
     assert_eq!(report.landlock.abi, None);
     assert_eq!(report.protection.choice, "none");
+    scenario_done("landlock_absent_scenario");
 }
 
 fn net_none_output(who: Who, script: &str) -> Output {

@@ -1,8 +1,12 @@
 //! Helpers shared by the protection tests of this crate: who a child runs as, the `try` shell
 //! function that prints whether each write was allowed, the verdict checks, and the scenario
-//! runner for process-wide test switches.
+//! runner for process-wide test switches; counted skips (`skip`).
 
 #![allow(dead_code)]
+
+mod skip;
+#[allow(unused_imports)]
+pub use skip::*;
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
@@ -92,20 +96,47 @@ pub fn kernel_landlock_abi() -> Option<u32> {
     u32::try_from(rc).ok().filter(|abi| *abi > 0)
 }
 
+/// What a scenario prints (on stdout, after its last check) to prove it ran to the end.
+const SCENARIO_DONE: &str = "cleanroom-scenario-done:";
+
 /// Runs the ignored test `scenario` in a fresh copy of this test binary with `var=value` set
-/// (the test-only switches are process-wide, so they must not leak into concurrent tests).
+/// (the test-only switches are process-wide, so they must not leak into concurrent tests), and
+/// asserts it passed and reached its end ([`scenario_done`]): a scenario that returned early
+/// fails here instead of counting as "1 passed".
 pub fn run_scenario(scenario: &str, var: &str, value: &str) {
     let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", scenario, "--include-ignored", "--test-threads=1"])
+        .args([
+            "--exact",
+            scenario,
+            "--include-ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
         .env(var, value)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
+    let done = format!("{SCENARIO_DONE} {scenario}\n");
     assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "{stdout}\n{}",
+        output.status.success() && stdout.contains("1 passed") && stdout.contains(&done),
+        "the scenario {scenario} did not pass to its end ({done:?} missing?)\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The first line of a scenario: it runs only as [`run_scenario`]'s child, with its switch set;
+/// run any other way (`cargo test -- --ignored`) it fails rather than pass without checking.
+#[track_caller]
+pub fn require_switch(var: &str, value: &str) {
+    assert!(
+        switch_is(var, value),
+        "this scenario needs {var}={value}; it is run by its parent test (see its ignore reason)"
+    );
+}
+
+/// The last line of a scenario: tells [`run_scenario`] every check before it ran.
+pub fn scenario_done(scenario: &str) {
+    println!("{SCENARIO_DONE} {scenario}");
 }
 
 pub fn switch_is(var: &str, value: &str) -> bool {
