@@ -367,3 +367,64 @@ fn a_process_that_moves_to_the_parent_cgroup_is_still_killed_and_reported() {
     sandbox.assert_namespace_empty();
     run.assert_cgroup_removed();
 }
+
+/// Run inside a private pid namespace (pid 1 is this script, so `ns_last_pid` hands the chosen
+/// pid to the next fork and to nobody else): the command's main exits, leaving a leak that
+/// ignores TERM; once the main is reaped, a foreign process takes its pid, hence its process
+/// group number; then the runner either finishes its leak handling (`runner`) or is SIGKILLed
+/// and leaves it to its watchdog (`watchdog`). `$@` is the `cleanroom --state-dir DIR run
+/// OPTIONS` prefix.
+const GROUP_REUSE: &str = r#"
+mode=$1; shift
+alive() { [ -e /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status; }
+"$@" -- sh -c 'setsid sh -c "trap \"\" TERM; exec sleep 300" </dev/null >/dev/null 2>&1 &
+  echo $$ > "$CRT_DIR/main.tmp"; mv "$CRT_DIR/main.tmp" "$CRT_DIR/main"; sleep 0.2' & runner=$!
+until [ -s "$CRT_DIR/main" ]; do alive $runner || { echo "setup: the run ended"; exit 2; }; sleep 0.01; done
+G=$(cat "$CRT_DIR/main")
+while [ -e /proc/$G ]; do sleep 0.01; done
+echo $((G - 1)) > /proc/sys/kernel/ns_last_pid
+setsid sleep 300 & foreign=$!
+[ "$foreign" = "$G" ] || { echo "setup: the foreign process got pid $foreign, not $G"; exit 2; }
+until [ "$(ps -o pgid= -p $G | tr -d ' ')" = "$G" ]; do sleep 0.01; done
+if [ "$mode" = watchdog ]; then
+  wd=$(pgrep -f '^cleanroom watchdog ')
+  kill -9 $runner
+  while alive $wd; do sleep 0.02; done
+  # The dead run's root, reclaimed from inside the namespace its recorded pid belongs to.
+  "$1" "$2" "$3" gc >/dev/null || echo "gc failed"
+else
+  wait $runner
+fi
+alive $G && echo "foreign group survived" || echo "foreign group $G was killed"
+"#;
+
+#[test]
+fn a_foreign_process_group_that_reuses_the_commands_number_is_never_signalled() {
+    assert!(
+        common::is_root(),
+        "needs root (a pid namespace and ns_last_pid)"
+    );
+    for mode in ["runner", "watchdog"] {
+        for rung in ["cgroup", "session"] {
+            let sandbox = Sandbox::new("pgreuse");
+            let inner = sandbox.command(&["run", "--contain", rung, "--leak-grace", "2s"]);
+            let mut cmd = std::process::Command::new("unshare");
+            cmd.args(["--pid", "--fork", "--mount-proc", "bash", "-c", GROUP_REUSE])
+                .arg("group-reuse")
+                .arg(mode)
+                .arg(inner.get_program())
+                .args(inner.get_args())
+                .current_dir(sandbox.scratch())
+                .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+                .stdin(Stdio::null());
+            let out = cmd.output().expect("run unshare");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                stdout.contains("foreign group survived"),
+                "{mode}/{rung}: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            sandbox.assert_namespace_empty();
+        }
+    }
+}

@@ -137,8 +137,9 @@ pub struct Container {
     cgroup: Option<os::Cgroup>,
     fallback: Option<String>,
     watchdog: Option<Watchdog>,
-    /// The command's process group, once started.
-    group: Option<i32>,
+    /// The command's process group, once started: its leader's pid and a pidfd on it (the
+    /// group is only ever signalled through that pidfd, see [`os::kill_group_of`]).
+    group: Option<(i32, std::os::fd::OwnedFd)>,
 }
 
 impl Container {
@@ -182,9 +183,18 @@ impl Container {
         self.watchdog.is_some()
     }
 
-    /// The command started as `main`, the leader of its own process group.
+    /// The command started as `main`, the leader of its own process group. Call it before
+    /// anything can reap `main`, so that the pidfd taken here is the command's.
     pub fn started(&mut self, main: i32) {
-        self.group = Some(main);
+        let pidfd = rustix::process::Pid::from_raw(main).and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        });
+        match pidfd {
+            Some(fd) => self.group = Some((main, fd)),
+            None => tracing::warn!(
+                "no pidfd on the command (pid {main}): its group is not killed as a whole"
+            ),
+        }
         if let Some(watchdog) = &self.watchdog {
             watchdog.guard_group(main);
         }
@@ -290,12 +300,8 @@ impl Scope for Contained<'_> {
         if let Some(cgroup) = &self.container.cgroup {
             cgroup.kill();
         }
-        if let Some(group) = self
-            .container
-            .group
-            .and_then(rustix::process::Pid::from_raw)
-        {
-            let _ = rustix::process::kill_process_group(group, Signal::KILL);
+        if let Some((group, leader)) = &self.container.group {
+            os::kill_group_of(leader, *group);
         }
     }
 }

@@ -146,6 +146,7 @@ unsafe fn watch(plan: &Plan) -> ! {
     let parent = plan.cgroup_parent.as_ref().map_or(-1, |(fd, _)| *fd);
     close_all_but(&[plan.pipe, plan.cgroup.unwrap_or(-1), parent]);
     let mut group: i32 = 0;
+    let mut leader: RawFd = -1;
     let mut buf = [0u8; 64];
     let mut pending = 0usize;
     loop {
@@ -166,6 +167,11 @@ unsafe fn watch(plan: &Plan) -> ! {
                 DONE => libc::_exit(0),
                 GROUP if pending >= 5 => {
                     group = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+                    // The runner has not reaped the leader yet (it sends this first), so the
+                    // pidfd is the command's; the group is only ever signalled through it.
+                    if leader < 0 {
+                        leader = libc::syscall(libc::SYS_pidfd_open, group, 0) as RawFd;
+                    }
                     buf.copy_within(5..pending, 0);
                     pending -= 5;
                 }
@@ -177,7 +183,7 @@ unsafe fn watch(plan: &Plan) -> ! {
             }
         }
     }
-    kill_run(plan, group);
+    kill_run(plan, group, leader);
     if let (Some(dir), Some((parent, name))) = (plan.cgroup, &plan.cgroup_parent) {
         if !populated(dir) {
             libc::unlinkat(*parent, name.as_ptr(), libc::AT_REMOVEDIR);
@@ -225,7 +231,7 @@ unsafe fn close_all_but(keep: &[RawFd; 3]) {
 }
 
 /// Kills the run for up to [`KILL_FOR`], until three rounds in a row found nothing.
-unsafe fn kill_run(plan: &Plan, group: i32) {
+unsafe fn kill_run(plan: &Plan, group: i32, leader: RawFd) {
     let started = now();
     let mut quiet = 0;
     while quiet < 3 && now() - started < KILL_FOR.as_millis() as i64 {
@@ -234,8 +240,8 @@ unsafe fn kill_run(plan: &Plan, group: i32) {
             found |= kill_cgroup(dir);
         }
         // Not counted as finding anything: zombies keep a group alive for kill(2).
-        if group > 0 {
-            libc::kill(-group, libc::SIGKILL);
+        if leader >= 0 {
+            super::os::kill_group_raw(leader, group);
         }
         found |= kill_tagged(plan);
         quiet = if found { 0 } else { quiet + 1 };
