@@ -119,3 +119,46 @@ fn the_report_says_a_watchdog_guarded_the_run() {
         );
     }
 }
+
+/// The command stops or kills its own watchdog (same uid): the run says so on stderr and in the
+/// report (`containment.watchdog_lost`), the watchdog's pid stays held (a killed watchdog is a
+/// zombie until the run ends, so no process of the run can take its number), and no watchdog is
+/// left behind, stopped or not.
+#[test]
+fn a_watchdog_the_command_stops_or_kills_is_reported_held_and_never_left_behind() {
+    let sandbox = Sandbox::new("wdlost");
+    for (signal, why) in [("STOP", "stopped"), ("KILL", "killed")] {
+        for contain in ["cgroup", "session"] {
+            let script = format!(
+                r#"wd=$(pgrep -f "^cleanroom watchdog $CLEANROOM_RUN_ID")
+echo $wd > "$CRT_DIR/watchdog"
+kill -{signal} $wd
+sleep 0.3
+[ -e /proc/$wd ] || {{ echo "watchdog pid $wd was released" >&2; exit 3; }}"#
+            );
+            let run = sandbox.run_bash(&["--contain", contain], &script);
+            run.assert_status(0);
+            let report = run.report();
+            assert_eq!(
+                report["containment"]["watchdog_lost"], why,
+                "{signal}/{contain}: {report}"
+            );
+            assert!(
+                run.stderr.contains(&format!("watchdog (pid ")) && run.stderr.contains(why),
+                "{signal}/{contain}: {}",
+                run.stderr
+            );
+            let pid: i32 = std::fs::read_to_string(sandbox.scratch().join("watchdog"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(
+                !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                "{signal}/{contain}: the watchdog {pid} is left: {:?}",
+                common::live_cmdline(pid)
+            );
+            sandbox.assert_namespace_empty();
+        }
+    }
+}

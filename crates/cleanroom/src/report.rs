@@ -57,6 +57,9 @@ pub struct ContainmentInfo {
     pub cgroup: Option<PathBuf>,
     /// Whether a watchdog was guarding the run: it kills the run if the runner dies.
     pub watchdog: bool,
+    /// Why the watchdog stopped guarding the run before its end (`stopped` or `killed`), if it
+    /// did: the run was then not guarded against the runner's death.
+    pub watchdog_lost: Option<String>,
 }
 
 /// A process that outlived the command.

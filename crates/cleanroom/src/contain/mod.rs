@@ -137,6 +137,8 @@ pub struct Container {
     cgroup: Option<os::Cgroup>,
     fallback: Option<String>,
     watchdog: Option<Watchdog>,
+    /// Why the watchdog stopped guarding the run, once it is disarmed.
+    watchdog_lost: Option<&'static str>,
     /// The command's process group, once started: its leader's pid and a pidfd on it (the
     /// group is only ever signalled through that pidfd, see [`os::kill_group_of`]).
     group: Option<(i32, std::os::fd::OwnedFd)>,
@@ -163,6 +165,7 @@ impl Container {
             cgroup,
             fallback,
             watchdog: None,
+            watchdog_lost: None,
             group: None,
         })
     }
@@ -178,9 +181,31 @@ impl Container {
         }
     }
 
-    /// Whether a watchdog guards the run against the runner's death.
+    /// Whether a watchdog guards the run against the runner's death (until it is disarmed).
     pub fn has_watchdog(&self) -> bool {
         self.watchdog.is_some()
+    }
+
+    /// Looks whether the watchdog was stopped or killed (loudly, once); see [`Watchdog::check`].
+    pub fn check_watchdog(&self) {
+        if let Some(watchdog) = &self.watchdog {
+            watchdog.check();
+        }
+    }
+
+    /// Ends the watchdog once the run is provably over; returns why it had been lost, if it had
+    /// been (stopped or killed during the run).
+    pub fn disarm_watchdog(&mut self) -> Option<&'static str> {
+        if let Some(watchdog) = self.watchdog.take() {
+            self.watchdog_lost = watchdog.disarm();
+        }
+        self.watchdog_lost
+    }
+
+    /// Whether `pid`, a child of the runner, is one the container keeps and reaps itself (its
+    /// watchdog): the runner's reaping must skip it.
+    pub fn keeps(&self, pid: i32) -> bool {
+        self.watchdog.as_ref().is_some_and(|w| w.pid() == pid)
     }
 
     /// The command started as `main`, the leader of its own process group. Call it before
@@ -269,8 +294,7 @@ impl Container {
     /// Whether `children`, the direct children of the runner left after reaping, are only the
     /// ones the container keeps.
     pub fn only_kept(&self, children: &[i32]) -> bool {
-        let watchdog = self.watchdog.as_ref().map(Watchdog::pid);
-        children.iter().all(|&c| Some(c) == watchdog)
+        children.iter().all(|&c| self.keeps(c))
     }
 }
 
@@ -433,9 +457,7 @@ pub fn kill_orphans(run_id: &str, uid: u32, cgroup: Option<&str>) -> Vec<Process
 
 impl Drop for Container {
     fn drop(&mut self) {
-        if let Some(watchdog) = self.watchdog.take() {
-            watchdog.disarm();
-        }
+        self.disarm_watchdog();
         if let Some(cgroup) = self.cgroup.take() {
             cgroup.remove();
         }

@@ -27,10 +27,17 @@ const GROUP: u8 = b'P';
 const DONE: u8 = b'D';
 
 /// The runner's handle on its watchdog.
+///
+/// The watchdog is the runner's child and is reaped only by [`Watchdog::disarm`] (the runner's
+/// reaping skips it): while it is unreaped — even dead — its pid cannot be reused, so no process
+/// of the run can take that number and be excluded from the members by it. A child rather than a
+/// grandchild, because the runner must see it die or stop (`waitid`), which only a parent can.
 #[derive(Debug)]
 pub struct Watchdog {
     pid: i32,
     pipe: OwnedFd,
+    /// Why the watchdog stopped guarding the run, once seen (it was stopped or killed).
+    lost: std::cell::Cell<Option<&'static str>>,
 }
 
 /// What the watchdog works from, prepared before the fork.
@@ -101,7 +108,11 @@ impl Watchdog {
                 // SAFETY: see above; never returns.
                 unsafe { watch(&plan) }
             }
-            pid => Ok(Watchdog { pid, pipe: write }),
+            pid => Ok(Watchdog {
+                pid,
+                pipe: write,
+                lost: std::cell::Cell::new(None),
+            }),
         }
     }
 
@@ -117,19 +128,60 @@ impl Watchdog {
         let _ = rustix::io::write(&self.pipe, &message);
     }
 
-    /// Tells the watchdog the run is over and reaps it (waiting at most a second).
-    pub fn disarm(self) {
-        let _ = rustix::io::write(&self.pipe, &[DONE]);
-        drop(self.pipe);
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let pid = rustix::process::Pid::from_raw(self.pid);
-        while Instant::now() < deadline {
-            match rustix::process::waitpid(pid, rustix::process::WaitOptions::NOHANG) {
-                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
-                _ => return,
+    /// Looks (without reaping) whether the watchdog was stopped or died, and says so loudly the
+    /// first time: the run is then no longer guarded against the runner's death.
+    pub fn check(&self) -> Option<&'static str> {
+        if self.lost.get().is_none() {
+            // SAFETY: waitid on our own child, into a zeroed siginfo; WNOWAIT reaps nothing.
+            let (rc, info) = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let flags = libc::WEXITED
+                    | libc::WSTOPPED
+                    | libc::WCONTINUED
+                    | libc::WNOHANG
+                    | libc::WNOWAIT;
+                let rc = libc::waitid(libc::P_PID, self.pid as libc::id_t, &mut info, flags);
+                (rc, info)
+            };
+            // SAFETY: si_pid is set by waitid (zero when nothing changed).
+            if rc == 0 && unsafe { info.si_pid() } != 0 {
+                let why = match info.si_code {
+                    libc::CLD_STOPPED | libc::CLD_TRAPPED | libc::CLD_CONTINUED => "stopped",
+                    _ => "killed",
+                };
+                self.lost.set(Some(why));
+                tracing::error!("the watchdog (pid {}) was {why}", self.pid);
+                eprintln!(
+                    "cleanroom: warning: the run's watchdog (pid {}) was {why} during the run: the run was not guarded against the runner's death",
+                    self.pid
+                );
             }
         }
-        tracing::warn!("the watchdog (pid {}) did not exit", self.pid);
+        self.lost.get()
+    }
+
+    /// Tells the watchdog the run is over and reaps it; one that was lost (see [`check`]) or
+    /// does not exit within a second is SIGKILLed and reaped, so none is ever left behind.
+    /// Returns why it was lost, if it was.
+    ///
+    /// [`check`]: Watchdog::check
+    pub fn disarm(self) -> Option<&'static str> {
+        let pid = rustix::process::Pid::from_raw(self.pid);
+        if self.check().is_none() {
+            let _ = rustix::io::write(&self.pipe, &[DONE]);
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < deadline {
+                match rustix::process::waitpid(pid, rustix::process::WaitOptions::NOHANG) {
+                    Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                    _ => return None,
+                }
+            }
+            tracing::warn!("the watchdog (pid {}) did not exit: killed", self.pid);
+        }
+        // SAFETY: the pid is our unreaped child's, so it names the watchdog.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        let _ = rustix::process::waitpid(pid, rustix::process::WaitOptions::empty());
+        self.lost.get()
     }
 }
 

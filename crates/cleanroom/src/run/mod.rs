@@ -289,12 +289,15 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     }
     drop(held_locks);
 
+    let guarded = container.has_watchdog();
+    let watchdog_lost = container.disarm_watchdog();
     let exit = outcome.exit_info(config);
     let containment = ContainmentInfo {
         mechanism: container.mechanism(),
         fallback_reason: container.fallback_reason().map(str::to_owned),
         cgroup: container.cgroup_path().map(PathBuf::from),
-        watchdog: container.has_watchdog(),
+        watchdog: guarded,
+        watchdog_lost: watchdog_lost.map(str::to_owned),
     };
     drop(container);
     let root_path = root.path().to_path_buf();
@@ -411,30 +414,34 @@ impl Outcome {
     }
 }
 
-/// Reaps every exited child; records the main process's raw wait status; says whether a child
-/// other than the ones `container` keeps (its watchdog) is left.
+/// Reaps every exited child but the ones `container` keeps (its watchdog, which must stay
+/// unreaped so that its pid is not reused, see [`crate::contain::Watchdog`]); records the main
+/// process's raw wait status; says whether a child other than the kept ones is left.
 ///
-/// `waitpid` is the truth here, not a listing: when it says no child is left (ECHILD, or only
-/// kept ones remain after every waitable one was reaped), no descendant is left either, because
-/// every orphan re-parents to the runner (a subreaper) before its parent becomes a zombie.
+/// Children are reaped by pid from the kernel's list, never by `wait(-1)`, which would reap the
+/// watchdog too. The second listing is the proof: a child not in it is not ours, and every
+/// orphan re-parents to the runner (a subreaper) before its parent becomes a zombie, so when it
+/// holds only kept children, no descendant is left either.
 fn reap_children(container: &Container, main: i32, main_status: &mut Option<i32>) -> Children {
-    loop {
-        match rustix::process::wait(WaitOptions::NOHANG) {
-            Ok(Some((pid, status))) => {
-                if pid.as_raw_nonzero().get() == main {
-                    *main_status = Some(status.as_raw());
-                }
-            }
-            Ok(None) => {
-                let me = std::process::id() as i32;
-                return if container.only_kept(&crate::process::children(me)) {
-                    Children::None
-                } else {
-                    Children::Some
-                };
-            }
-            Err(_) => return Children::None,
+    container.check_watchdog();
+    let me = std::process::id() as i32;
+    for child in crate::process::children(me) {
+        let Some(pid) = rustix::process::Pid::from_raw(child) else {
+            continue;
+        };
+        if container.keeps(child) {
+            continue;
         }
+        if let Ok(Some((_, status))) = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
+            if child == main {
+                *main_status = Some(status.as_raw());
+            }
+        }
+    }
+    if container.only_kept(&crate::process::children(me)) {
+        Children::None
+    } else {
+        Children::Some
     }
 }
 
