@@ -144,7 +144,7 @@ sleep 0.3
                 "{signal}/{contain}: {report}"
             );
             assert!(
-                run.stderr.contains(&format!("watchdog (pid ")) && run.stderr.contains(why),
+                run.stderr.contains("watchdog (pid ") && run.stderr.contains(why),
                 "{signal}/{contain}: {}",
                 run.stderr
             );
