@@ -428,3 +428,128 @@ fn a_foreign_process_group_that_reuses_the_commands_number_is_never_signalled() 
         }
     }
 }
+
+/// A v1 freezer cgroup for one test: `/sys/fs/cgroup/freezer/<name>`, or the freezer hierarchy
+/// mounted privately under the target dir when the host has none mounted; thawed, emptied and
+/// removed (and unmounted) on drop.
+struct Freezer {
+    dir: std::path::PathBuf,
+    mount: Option<std::path::PathBuf>,
+}
+
+impl Freezer {
+    fn new(name: &str) -> Freezer {
+        let host = std::path::Path::new("/sys/fs/cgroup/freezer");
+        let (base, mount) = if host.join("cgroup.procs").exists() {
+            (host.to_path_buf(), None)
+        } else {
+            let at = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fz-{name}"));
+            std::fs::create_dir_all(&at).unwrap();
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "cgroup", "-o", "freezer", "freezer"])
+                .arg(&at)
+                .status()
+                .unwrap()
+                .success();
+            assert!(
+                ok,
+                "cannot mount a v1 freezer hierarchy at {}",
+                at.display()
+            );
+            (at.clone(), Some(at))
+        };
+        let dir = base.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        Freezer { dir, mount }
+    }
+
+    fn thaw(&self) {
+        let _ = std::fs::write(self.dir.join("freezer.state"), "THAWED");
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        self.thaw();
+        for _ in 0..500 {
+            let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+            if procs.trim().is_empty() && std::fs::remove_dir(&self.dir).is_ok() {
+                break;
+            }
+            for pid in procs.split_whitespace().filter_map(|p| p.parse().ok()) {
+                // SAFETY: kill(2) on pids of this test's own freezer cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if let Some(at) = &self.mount {
+            let _ = std::process::Command::new("umount").arg(at).status();
+            let _ = std::fs::remove_dir(at);
+        }
+    }
+}
+
+/// A member frozen in a v1 freezer cgroup cannot be finished by SIGKILL: when the KILL loop hits
+/// its bound the run never says "killed" or succeeds: it exits 125, the report lists the
+/// survivor, and the root (and the run's cgroup, on that rung) is left for gc, which finishes
+/// the job once the member is thawed.
+#[test]
+fn a_member_that_survives_sigkill_fails_the_run_and_leaves_its_root_for_gc() {
+    assert!(common::is_root(), "needs root (a v1 freezer cgroup)");
+    for rung in ["cgroup", "session"] {
+        let sandbox = Sandbox::new("frozen");
+        let freezer = Freezer::new(sandbox.marker());
+        let script = format!(
+            r#"sh -c 'echo $$ > "{fz}/cgroup.procs"; exec perl "$CRT_DIR/sleeper.pl" frozen "$CRT_MARK"' </dev/null >/dev/null 2>&1 &
+ready frozen
+echo FROZEN > "{fz}/freezer.state"
+exit 0"#,
+            fz = freezer.dir.display()
+        );
+        let run = sandbox.run_bash(&["--contain", rung, "--leak-grace", "100ms"], &script);
+        run.assert_status(125);
+        let pid = sandbox.pid_of("frozen").expect("the frozen member ran");
+        let report = run.report();
+        let survivors: Vec<i64> = report["survivors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["pid"].as_i64())
+            .collect();
+        assert_eq!(survivors, vec![i64::from(pid)], "{rung}: {report}");
+        assert!(
+            report["killed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|k| k["pid"].as_i64() != Some(i64::from(pid))),
+            "{rung}: a survivor reported as killed: {report}"
+        );
+        assert!(
+            run.stderr.contains(&format!(
+                "pid {pid} outlived the command and SURVIVED SIGKILL"
+            )) && !run.stderr.contains("was killed"),
+            "{rung}: {}",
+            run.stderr
+        );
+        let entries = sandbox.namespace_entries();
+        assert!(
+            entries.iter().any(|e| e.starts_with("run-")),
+            "{rung}: the root was not left for gc: {entries:?}"
+        );
+        let cgroup = report["containment"]["cgroup"]
+            .as_str()
+            .map(std::path::PathBuf::from);
+        if let Some(cgroup) = &cgroup {
+            assert!(cgroup.exists(), "{rung}: the populated cgroup was removed");
+        }
+        freezer.thaw();
+        let gc = sandbox.command(&["gc"]).output().unwrap();
+        assert!(gc.status.success(), "{rung}: {gc:?}");
+        sandbox.assert_no_survivors(&["frozen"]);
+        sandbox.assert_namespace_empty();
+        if let Some(cgroup) = &cgroup {
+            assert!(!cgroup.exists(), "{rung}: gc left {}", cgroup.display());
+        }
+    }
+}

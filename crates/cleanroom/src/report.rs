@@ -106,10 +106,13 @@ pub struct RunReport {
     pub containment: ContainmentInfo,
     /// Protection.
     pub protection: ProtectionStatus,
-    /// Processes that outlived the command (all killed).
+    /// Processes that outlived the command (killed, but for the `survivors`).
     pub leaks: Vec<Leak>,
-    /// Processes that needed SIGKILL at the end.
+    /// Processes that needed SIGKILL at the end (and died of it).
     pub killed: Vec<ProcessInfo>,
+    /// Processes still alive when the KILL loop gave up (exit status 125; the root and the
+    /// cgroup are left for gc).
+    pub survivors: Vec<ProcessInfo>,
     /// Removal of the root (absent when kept).
     pub cleanup: Option<Removal>,
     /// Whether the root was kept (`--keep-root`).

@@ -252,7 +252,16 @@ impl Cgroup {
     }
 
     /// Removes the (empty) leaf, retrying briefly while the kernel finishes tearing tasks down.
-    pub(super) fn remove(self) {
+    /// A leaf whose processes survived the KILL loop is left in place for gc (the root's marker
+    /// records it).
+    pub(super) fn remove(self, survivors: bool) {
+        if survivors {
+            tracing::warn!(
+                "cgroup {} left for gc: processes survived",
+                self.path.display()
+            );
+            return;
+        }
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             match fs::remove_dir(&self.path) {

@@ -92,6 +92,15 @@ pub enum Children {
     Some,
 }
 
+/// What a termination achieved.
+#[derive(Debug, Default)]
+pub struct Termination {
+    /// The processes that were alive to receive SIGKILL and are dead now.
+    pub killed: Vec<ProcessInfo>,
+    /// The processes still alive when the KILL loop hit its bound (never counted as killed).
+    pub survivors: Vec<ProcessInfo>,
+}
+
 /// A set of processes to terminate, as the kill loops see it.
 ///
 /// An empty member listing alone is never proof: a fork-and-exit chain has a process in flight
@@ -137,6 +146,8 @@ pub struct Container {
     cgroup: Option<os::Cgroup>,
     fallback: Option<String>,
     watchdog: Option<Watchdog>,
+    /// Processes survived the KILL loop: the leaf is left for gc.
+    survived: bool,
     /// Why the watchdog stopped guarding the run, once it is disarmed.
     watchdog_lost: Option<&'static str>,
     /// The command's process group, once started: its leader's pid and a pidfd on it (the
@@ -166,6 +177,7 @@ impl Container {
             fallback,
             watchdog: None,
             watchdog_lost: None,
+            survived: false,
             group: None,
         })
     }
@@ -200,6 +212,12 @@ impl Container {
             self.watchdog_lost = watchdog.disarm();
         }
         self.watchdog_lost
+    }
+
+    /// Processes of the run survived SIGKILL: the cgroup is left in place for gc (recorded in
+    /// the root's marker) rather than removed.
+    pub fn left_survivors(&mut self) {
+        self.survived = true;
     }
 
     /// Whether `pid`, a child of the runner, is one the container keeps and reaps itself (its
@@ -277,8 +295,8 @@ impl Container {
     /// TERM to every member, up to `grace` for them to go, then KILL until none is left.
     ///
     /// `reap` is called while waiting so that exited children of the runner do not linger as
-    /// zombies. Returns the processes that had to be killed with SIGKILL.
-    pub fn terminate(&self, grace: Duration, reap: &mut dyn FnMut()) -> Vec<ProcessInfo> {
+    /// zombies. Returns what needed SIGKILL and what survived it.
+    pub fn terminate(&self, grace: Duration, reap: &mut dyn FnMut()) -> Termination {
         terminate_set(
             &mut Contained {
                 container: self,
@@ -331,15 +349,15 @@ impl Scope for Contained<'_> {
 }
 
 /// Terminates the set of processes `scope` describes: TERM, wait up to `grace`, then KILL in a
-/// loop until the set is provably empty. Returns what needed SIGKILL.
-pub fn terminate_set(scope: &mut dyn Scope, grace: Duration) -> Vec<ProcessInfo> {
+/// loop until the set is provably empty. Returns what needed SIGKILL and what survived it.
+pub fn terminate_set(scope: &mut dyn Scope, grace: Duration) -> Termination {
     let mut termed: Vec<ProcessInfo> = Vec::new();
     let deadline = Instant::now() + grace;
     loop {
         let children = scope.reap();
         let current = scope.members();
         if current.is_empty() && settled(scope, children, &termed) {
-            return Vec::new();
+            return Termination::default();
         }
         for member in current {
             if !termed.iter().any(|t| t.id == member.id) {
@@ -369,13 +387,14 @@ fn settled(scope: &mut dyn Scope, children: Children, signalled: &[ProcessInfo])
 
 /// SIGKILLs the processes already `known` at once, then the whole set and every member,
 /// repeatedly, until the set is provably empty (see [`settled`]) or [`KILL_LOOP_LIMIT`], when
-/// the survivors are reported loudly. Returns the processes that were alive to receive SIGKILL.
+/// the survivors are reported loudly. Returns the processes that were alive to receive SIGKILL
+/// and died, and the survivors (a survivor is never reported as killed).
 ///
 /// Listing the members first would give a fork loop time to multiply: on the session rung the
 /// listing reads `/proc/<pid>/task/*/children`, which the kernel builds in time quadratic in
 /// the number of children, so one listing of a process forking in a loop can take seconds,
 /// during which it forks thousands more. Killing what is known first cuts the source.
-pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Vec<ProcessInfo> {
+pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Termination {
     let started = Instant::now();
     let mut signalled: Vec<ProcessInfo> = known.to_vec();
     let mut killed: Vec<ProcessInfo> = known
@@ -392,7 +411,10 @@ pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Vec<Pro
             let _ = member.id.signal(Signal::KILL);
         }
         if current.is_empty() && settled(scope, children, &signalled) {
-            return killed;
+            return Termination {
+                killed,
+                survivors: Vec::new(),
+            };
         }
         for member in current {
             if !killed.iter().any(|k| k.id == member.id) {
@@ -403,16 +425,18 @@ pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Vec<Pro
             }
         }
         if started.elapsed() > KILL_LOOP_LIMIT {
-            report_survivors(scope, children);
-            return killed;
+            let survivors = report_survivors(scope, children);
+            killed.retain(|k| !survivors.iter().any(|s| s.id == k.id));
+            return Termination { killed, survivors };
         }
         round += 1;
         std::thread::sleep(Duration::from_micros(200 * u64::from(round.min(25))));
     }
 }
 
-/// Says, as loudly as the runner can, that the KILL loop gave up with processes left.
-fn report_survivors(scope: &mut dyn Scope, children: Children) {
+/// Says, as loudly as the runner can, that the KILL loop gave up with processes left; returns
+/// them.
+fn report_survivors(scope: &mut dyn Scope, children: Children) -> Vec<ProcessInfo> {
     let survivors = scope.members();
     let listed: Vec<String> = survivors
         .iter()
@@ -434,6 +458,7 @@ fn report_survivors(scope: &mut dyn Scope, children: Children) {
         "cleanroom: error: processes of the run survived {KILL_LOOP_LIMIT:?} of SIGKILL: [{}]",
         listed.join(", ")
     );
+    survivors
 }
 
 /// Kills what a dead runner left behind: processes of `uid` carrying `CLEANROOM_RUN_ID=run_id`,
@@ -445,13 +470,15 @@ pub fn kill_orphans(run_id: &str, uid: u32, cgroup: Option<&str>) -> Vec<Process
     }
     let mut members = || process::with_env_entry(crate::env::RUN_ID_VAR, run_id, uid);
     let mut reap = || reap_orphans(&|_| false);
-    found.extend(kill_until_empty(
+    let ended = kill_until_empty(
         &mut Listed {
             members: &mut members,
             reap: &mut reap,
         },
         &[],
-    ));
+    );
+    found.extend(ended.killed);
+    found.extend(ended.survivors);
     found
 }
 
@@ -459,7 +486,7 @@ impl Drop for Container {
     fn drop(&mut self) {
         self.disarm_watchdog();
         if let Some(cgroup) = self.cgroup.take() {
-            cgroup.remove();
+            cgroup.remove(self.survived);
         }
     }
 }

@@ -289,6 +289,11 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     }
     drop(held_locks);
 
+    // Survivors: the kill loop gave up; the cgroup and the root stay for gc to retry.
+    let survived = !outcome.survivors.is_empty();
+    if survived {
+        container.left_survivors();
+    }
     let guarded = container.has_watchdog();
     let watchdog_lost = container.disarm_watchdog();
     let exit = outcome.exit_info(config);
@@ -303,6 +308,13 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     let root_path = root.path().to_path_buf();
     let cleanup = if config.keep_root {
         root.keep();
+        None
+    } else if survived {
+        tracing::error!(
+            "root {} left for gc: processes of the run survived",
+            root_path.display()
+        );
+        root.leave();
         None
     } else {
         Some(root.remove(&ns))
@@ -324,6 +336,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         protection: protection.status().clone(),
         leaks: outcome.leaks,
         killed: outcome.killed,
+        survivors: outcome.survivors,
         cleanup,
         kept_root: config.keep_root,
         gc,
@@ -374,6 +387,8 @@ struct Outcome {
     interrupt_signal: Option<i32>,
     leaks: Vec<Leak>,
     killed: Vec<ProcessInfo>,
+    /// Alive after the KILL loop's bound: the run failed (125), its root is left for gc.
+    survivors: Vec<ProcessInfo>,
     spawn_failure: Option<u8>,
     /// The run was SIGKILLed after its grace.
     escalated: bool,
@@ -402,6 +417,9 @@ impl Outcome {
         };
         if status == 0 && !self.leaks.is_empty() && config.on_leak == LeakPolicy::Fail {
             status = EXIT_LEAKED;
+        }
+        if !self.survivors.is_empty() {
+            status = EXIT_OWN_FAILURE;
         }
         ExitInfo {
             status,
@@ -531,10 +549,10 @@ fn terminate_leaks(config: &RunConfig, container: &Container, main: i32, outcome
     if leaked.is_empty() && !in_flight {
         return;
     }
-    let killed = crate::contain::terminate_set(&mut scope, config.leak_grace);
+    let ended = crate::contain::terminate_set(&mut scope, config.leak_grace);
     let found_after_ms = exited_at.elapsed().as_millis() as u64;
     let mut leaks: Vec<ProcessInfo> = leaked;
-    for process in &killed {
+    for process in ended.killed.iter().chain(&ended.survivors) {
         if !leaks.iter().any(|l| l.id == process.id) {
             leaks.push(process.clone());
         }
@@ -543,14 +561,21 @@ fn terminate_leaks(config: &RunConfig, container: &Container, main: i32, outcome
         process,
         found_after_ms,
     }));
-    merge_killed(&mut outcome.killed, killed);
+    outcome.merge(ended);
 }
 
-/// Adds `more` to the list of killed processes, once each.
-fn merge_killed(killed: &mut Vec<ProcessInfo>, more: Vec<ProcessInfo>) {
-    for process in more {
-        if !killed.iter().any(|k| k.id == process.id) {
-            killed.push(process);
+impl Outcome {
+    /// Adds what a termination killed and what survived it, once each.
+    fn merge(&mut self, ended: crate::contain::Termination) {
+        for (list, more) in [
+            (&mut self.killed, ended.killed),
+            (&mut self.survivors, ended.survivors),
+        ] {
+            for process in more {
+                if !list.iter().any(|k| k.id == process.id) {
+                    list.push(process);
+                }
+            }
         }
     }
 }
@@ -566,12 +591,12 @@ fn kill_all(
 ) {
     outcome.escalated = true;
     let mut reap = || reap_children(container, main, main_status);
-    let killed = crate::contain::kill_until_empty(
+    let ended = crate::contain::kill_until_empty(
         &mut Contained {
             container,
             reap: &mut reap,
         },
         known,
     );
-    merge_killed(&mut outcome.killed, killed);
+    outcome.merge(ended);
 }
