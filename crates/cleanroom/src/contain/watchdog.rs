@@ -1,15 +1,19 @@
 //! The watchdog: a fork of the runner (no exec) that kills the run when the runner dies.
 //!
-//! It holds the read end of a pipe whose write end only the runner has (`O_CLOEXEC`, so the
-//! command never inherits it). The runner tells it the command's process group (`P` + pid) and,
-//! at the end of a run whose processes are all dead, `D`one. End of file without `D` means the
-//! runner died (SIGKILL, OOM killer): the watchdog then kills the run for a bounded time —
+//! It holds one end of a socket pair whose other end only the runner has (`SOCK_CLOEXEC`, so
+//! the command never inherits it; a socket, unlike a pipe, cannot be reopened through
+//! `/proc/<runner>/fd`, so with `--protect off` the command can neither keep the runner's end
+//! open nor forge a message), and a pidfd on the runner, which becomes readable when the runner
+//! dies whoever holds the socket. The runner tells it the command's process group (`P` + pid)
+//! and, at the end of a run whose processes are all dead, `D`one. The runner's death (its pidfd,
+//! or end of file without `D`: SIGKILL, OOM killer) makes the watchdog kill the run for a bounded
+//! time —
 //! `cgroup.kill` and a SIGKILL to every tgid of the leaf on the cgroup rung; the command's
 //! process group and every process of the same uid tagged `CLEANROOM_RUN_ID=<run id>` on both.
 //!
 //! Invariants: after the fork the child runs only async-signal-safe code (raw syscalls on
 //! buffers allocated before the fork; the runner may have other threads); it keeps no
-//! descriptor but the pipe and the cgroup directory (so never the root's liveness lock nor an
+//! descriptor but the socket, the runner's pidfd and the cgroup directory (so never the root's liveness lock nor an
 //! exclusive lock: a dead runner's root is provably dead at once), starts its own session (a
 //! signal to the runner's process group or terminal does not reach it), and is never a member
 //! of the run (it is excluded from the runner's descendants and is outside the leaf).
@@ -35,6 +39,7 @@ const DONE: u8 = b'D';
 #[derive(Debug)]
 pub struct Watchdog {
     pid: i32,
+    /// The runner's end of the socket pair.
     pipe: OwnedFd,
     /// Why the watchdog stopped guarding the run, once seen (it was stopped or killed).
     lost: std::cell::Cell<Option<&'static str>>,
@@ -43,6 +48,8 @@ pub struct Watchdog {
 /// What the watchdog works from, prepared before the fork.
 struct Plan {
     pipe: RawFd,
+    /// A pidfd on the runner: readable once it is dead.
+    runner: RawFd,
     cgroup: Option<RawFd>,
     dev_null: RawFd,
     /// `\0CLEANROOM_RUN_ID=<id>\0`: an exact entry of a NUL-separated environment.
@@ -59,8 +66,18 @@ struct Plan {
 impl Watchdog {
     /// Forks the watchdog of run `run_id`, whose leaf (if any) is the open directory `cgroup`.
     pub fn start(run_id: &str, cgroup: Option<(&OwnedFd, &std::path::Path)>) -> Result<Watchdog> {
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| Error::sys("create the watchdog's pipe", e))?;
+        let (read, write) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| Error::sys("create the watchdog's socket pair", e))?;
+        let runner = rustix::process::pidfd_open(
+            rustix::process::getpid(),
+            rustix::process::PidfdFlags::empty(),
+        )
+        .map_err(|e| Error::sys("open a pidfd on the runner for its watchdog", e))?;
         let dev_null = rustix::fs::open(
             "/dev/null",
             rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
@@ -85,6 +102,7 @@ impl Watchdog {
         };
         let plan = Plan {
             pipe: read.as_raw_fd(),
+            runner: runner.as_raw_fd(),
             cgroup: cgroup.map(|(dir, _)| dir.as_raw_fd()),
             title: format!("cleanroom watchdog {run_id}").into_bytes(),
             argv: argv_area(),
@@ -121,11 +139,16 @@ impl Watchdog {
         self.pid
     }
 
+    /// Sends one message (no SIGPIPE if the watchdog is gone: that is seen by [`Self::check`]).
+    fn send(&self, message: &[u8]) {
+        let _ = rustix::net::send(&self.pipe, message, rustix::net::SendFlags::NOSIGNAL);
+    }
+
     /// Tells the watchdog the command's process group.
     pub fn guard_group(&self, group: i32) {
         let mut message = [GROUP; 5];
         message[1..].copy_from_slice(&group.to_ne_bytes());
-        let _ = rustix::io::write(&self.pipe, &message);
+        self.send(&message);
     }
 
     /// Looks (without reaping) whether the watchdog was stopped or died, and says so loudly the
@@ -168,7 +191,7 @@ impl Watchdog {
     pub fn disarm(self) -> Option<&'static str> {
         let pid = rustix::process::Pid::from_raw(self.pid);
         if self.check().is_none() {
-            let _ = rustix::io::write(&self.pipe, &[DONE]);
+            self.send(&[DONE]);
             let deadline = Instant::now() + Duration::from_secs(1);
             while Instant::now() < deadline {
                 match rustix::process::waitpid(pid, rustix::process::WaitOptions::NOHANG) {
@@ -196,12 +219,15 @@ unsafe fn watch(plan: &Plan) -> ! {
         libc::dup2(plan.dev_null, std_fd);
     }
     let parent = plan.cgroup_parent.as_ref().map_or(-1, |(fd, _)| *fd);
-    close_all_but(&[plan.pipe, plan.cgroup.unwrap_or(-1), parent]);
+    close_all_but(&[plan.pipe, plan.runner, plan.cgroup.unwrap_or(-1), parent]);
     let mut group: i32 = 0;
     let mut leader: RawFd = -1;
     let mut buf = [0u8; 64];
     let mut pending = 0usize;
     loop {
+        if !runner_alive(plan) {
+            break;
+        }
         let n = libc::read(
             plan.pipe,
             buf.as_mut_ptr().add(pending).cast(),
@@ -244,6 +270,30 @@ unsafe fn watch(plan: &Plan) -> ! {
     libc::_exit(0)
 }
 
+/// Waits until the socket has something to read (a message, or end of file) or the runner is
+/// dead; returns false in the latter case, when the socket is empty. A message already sent
+/// is read before the runner's death counts, so a `D` followed by the runner's exit is honoured.
+unsafe fn runner_alive(plan: &Plan) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: plan.pipe,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: plan.runner,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        if libc::poll(fds.as_mut_ptr(), 2, -1) >= 0 || *libc::__errno_location() != libc::EINTR {
+            break;
+        }
+    }
+    fds[0].revents != 0 || fds[1].revents == 0
+}
+
 /// Where the kernel keeps this process's argv (fields 48 and 49 of `/proc/self/stat`).
 fn argv_area() -> Option<(usize, usize)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -267,7 +317,7 @@ unsafe fn set_title(plan: &Plan) {
 }
 
 /// Closes every descriptor but 0–2 and `keep` (close_range on the gaps).
-unsafe fn close_all_but(keep: &[RawFd; 3]) {
+unsafe fn close_all_but(keep: &[RawFd; 4]) {
     let mut first: libc::c_uint = 3;
     let mut sorted = *keep;
     sorted.sort_unstable();
