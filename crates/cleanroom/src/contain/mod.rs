@@ -14,7 +14,9 @@
 //! A PID namespace is deliberately not the default: it changes what `ps`, pid files and
 //! `kill -0` show the suite, and needs a user namespace when unprivileged, which changes the uid
 //! the suite sees. The run's [`Watchdog`] kills it if the runner dies; gc finds what is left
-//! after that by `CLEANROOM_RUN_ID`.
+//! after that by `CLEANROOM_RUN_ID`. A process that, before the runner died, left the leaf (or
+//! runs on the session rung), the command's process group and the tag is no longer provably the
+//! run's once the runner is dead, and survives (docs/containment.md says so).
 //!
 //! Invariants: processes are named by pid + start time and signalled through pidfds; liveness is
 //! [`process::is_alive`] (a `Z` leader with live threads is alive); the subreaper flag is set
