@@ -164,16 +164,22 @@ const MAX_LEAK_LINES: usize = 20;
 /// With `-q` only a cleanup that did not finish is told (and a kept root, which was asked for).
 fn print_summary(report: &RunReport, quiet: bool) {
     let leak_lines = if quiet { 0 } else { MAX_LEAK_LINES };
+    let survived = |id| report.survivors.iter().any(|s| s.id == id);
     for leak in report.leaks.iter().take(leak_lines) {
         say!(
-            "cleanroom: leak: pid {} outlived the command and was killed: {}",
+            "cleanroom: leak: pid {} outlived the command and {}: {}",
             leak.process.id.pid,
+            if survived(leak.process.id) {
+                "SURVIVED SIGKILL"
+            } else {
+                "was killed"
+            },
             leak.process.command
         );
     }
     if !quiet && report.leaks.len() > MAX_LEAK_LINES {
         say!(
-            "cleanroom: leak: ... and {} more leaked processes, all killed (--report lists every one)",
+            "cleanroom: leak: ... and {} more leaked processes (--report lists every one)",
             report.leaks.len() - MAX_LEAK_LINES
         );
     }
@@ -187,8 +193,20 @@ fn print_summary(report: &RunReport, quiet: bool) {
         )),
         Ending::Exited => {}
     }
-    if !quiet && !report.leaks.is_empty() {
-        notes.push(format!("{} leaked process(es) killed", report.leaks.len()));
+    let killed_leaks = report
+        .leaks
+        .iter()
+        .filter(|l| !survived(l.process.id))
+        .count();
+    if !quiet && killed_leaks > 0 {
+        notes.push(format!("{killed_leaks} leaked process(es) killed"));
+    }
+    if !report.survivors.is_empty() {
+        notes.push(format!(
+            "{} process(es) survived SIGKILL; root {} and its cgroup left for `cleanroom gc`",
+            report.survivors.len(),
+            report.root.display()
+        ));
     }
     if let Some(cleanup) = &report.cleanup {
         match &cleanup.status {

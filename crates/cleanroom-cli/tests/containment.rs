@@ -366,3 +366,189 @@ fn a_process_that_moves_to_the_parent_cgroup_is_still_killed_and_reported() {
     sandbox.assert_namespace_empty();
     run.assert_cgroup_removed();
 }
+
+/// Run inside a private pid namespace (pid 1 is this script, so `ns_last_pid` hands the chosen
+/// pid to the next fork and to nobody else): the command's main exits, leaving a leak that
+/// ignores TERM; once the main is reaped, a foreign process takes its pid, hence its process
+/// group number; then the runner either finishes its leak handling (`runner`) or is SIGKILLed
+/// and leaves it to its watchdog (`watchdog`). `$@` is the `cleanroom --state-dir DIR run
+/// OPTIONS` prefix.
+const GROUP_REUSE: &str = r#"
+mode=$1; shift
+alive() { [ -e /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status; }
+"$@" -- sh -c 'setsid sh -c "trap \"\" TERM; exec sleep 300" </dev/null >/dev/null 2>&1 &
+  echo $$ > "$CRT_DIR/main.tmp"; mv "$CRT_DIR/main.tmp" "$CRT_DIR/main"; sleep 0.2' & runner=$!
+until [ -s "$CRT_DIR/main" ]; do alive $runner || { echo "setup: the run ended"; exit 2; }; sleep 0.01; done
+G=$(cat "$CRT_DIR/main")
+while [ -e /proc/$G ]; do sleep 0.01; done
+echo $((G - 1)) > /proc/sys/kernel/ns_last_pid
+setsid sleep 300 & foreign=$!
+[ "$foreign" = "$G" ] || { echo "setup: the foreign process got pid $foreign, not $G"; exit 2; }
+until [ "$(ps -o pgid= -p $G | tr -d ' ')" = "$G" ]; do sleep 0.01; done
+if [ "$mode" = watchdog ]; then
+  wd=$(pgrep -f '^cleanroom watchdog ')
+  kill -9 $runner
+  while alive $wd; do sleep 0.02; done
+  # The dead run's root, reclaimed from inside the namespace its recorded pid belongs to.
+  "$1" "$2" "$3" gc >/dev/null || echo "gc failed"
+else
+  wait $runner
+fi
+alive $G && echo "foreign group survived" || echo "foreign group $G was killed"
+"#;
+
+#[test]
+fn a_foreign_process_group_that_reuses_the_commands_number_is_never_signalled() {
+    assert!(
+        common::is_root(),
+        "needs root (a pid namespace and ns_last_pid)"
+    );
+    for mode in ["runner", "watchdog"] {
+        for rung in ["cgroup", "session"] {
+            let sandbox = Sandbox::new("pgreuse");
+            let inner = sandbox.command(&["run", "--contain", rung, "--leak-grace", "2s"]);
+            let mut cmd = std::process::Command::new("unshare");
+            cmd.args(["--pid", "--fork", "--mount-proc", "bash", "-c", GROUP_REUSE])
+                .arg("group-reuse")
+                .arg(mode)
+                .arg(inner.get_program())
+                .args(inner.get_args())
+                .current_dir(sandbox.scratch())
+                .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+                .stdin(Stdio::null());
+            let out = cmd.output().expect("run unshare");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                stdout.contains("foreign group survived"),
+                "{mode}/{rung}: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            sandbox.assert_namespace_empty();
+        }
+    }
+}
+
+/// A v1 freezer cgroup for one test: `/sys/fs/cgroup/freezer/<name>`, or the freezer hierarchy
+/// mounted privately under the target dir when the host has none mounted; thawed, emptied and
+/// removed (and unmounted) on drop.
+struct Freezer {
+    dir: std::path::PathBuf,
+    mount: Option<std::path::PathBuf>,
+}
+
+impl Freezer {
+    fn new(name: &str) -> Freezer {
+        let host = std::path::Path::new("/sys/fs/cgroup/freezer");
+        let (base, mount) = if host.join("cgroup.procs").exists() {
+            (host.to_path_buf(), None)
+        } else {
+            let at = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fz-{name}"));
+            std::fs::create_dir_all(&at).unwrap();
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "cgroup", "-o", "freezer", "freezer"])
+                .arg(&at)
+                .status()
+                .unwrap()
+                .success();
+            assert!(
+                ok,
+                "cannot mount a v1 freezer hierarchy at {}",
+                at.display()
+            );
+            (at.clone(), Some(at))
+        };
+        let dir = base.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        Freezer { dir, mount }
+    }
+
+    fn thaw(&self) {
+        let _ = std::fs::write(self.dir.join("freezer.state"), "THAWED");
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        self.thaw();
+        for _ in 0..500 {
+            let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+            if procs.trim().is_empty() && std::fs::remove_dir(&self.dir).is_ok() {
+                break;
+            }
+            for pid in procs.split_whitespace().filter_map(|p| p.parse().ok()) {
+                // SAFETY: kill(2) on pids of this test's own freezer cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if let Some(at) = &self.mount {
+            let _ = std::process::Command::new("umount").arg(at).status();
+            let _ = std::fs::remove_dir(at);
+        }
+    }
+}
+
+/// A member frozen in a v1 freezer cgroup cannot be finished by SIGKILL: when the KILL loop hits
+/// its bound the run never says "killed" or succeeds: it exits 125, the report lists the
+/// survivor, and the root (and the run's cgroup, on that rung) is left for gc, which finishes
+/// the job once the member is thawed.
+#[test]
+fn a_member_that_survives_sigkill_fails_the_run_and_leaves_its_root_for_gc() {
+    assert!(common::is_root(), "needs root (a v1 freezer cgroup)");
+    for rung in ["cgroup", "session"] {
+        let sandbox = Sandbox::new("frozen");
+        let freezer = Freezer::new(sandbox.marker());
+        let script = format!(
+            r#"sh -c 'echo $$ > "{fz}/cgroup.procs"; exec perl "$CRT_DIR/sleeper.pl" frozen "$CRT_MARK"' </dev/null >/dev/null 2>&1 &
+ready frozen
+echo FROZEN > "{fz}/freezer.state"
+exit 0"#,
+            fz = freezer.dir.display()
+        );
+        let run = sandbox.run_bash(&["--contain", rung, "--leak-grace", "100ms"], &script);
+        run.assert_status(125);
+        let pid = sandbox.pid_of("frozen").expect("the frozen member ran");
+        let report = run.report();
+        let survivors: Vec<i64> = report["survivors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["pid"].as_i64())
+            .collect();
+        assert_eq!(survivors, vec![i64::from(pid)], "{rung}: {report}");
+        assert!(
+            report["killed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|k| k["pid"].as_i64() != Some(i64::from(pid))),
+            "{rung}: a survivor reported as killed: {report}"
+        );
+        assert!(
+            run.stderr.contains(&format!(
+                "pid {pid} outlived the command and SURVIVED SIGKILL"
+            )) && !run.stderr.contains("was killed"),
+            "{rung}: {}",
+            run.stderr
+        );
+        let entries = sandbox.namespace_entries();
+        assert!(
+            entries.iter().any(|e| e.starts_with("run-")),
+            "{rung}: the root was not left for gc: {entries:?}"
+        );
+        let cgroup = report["containment"]["cgroup"]
+            .as_str()
+            .map(std::path::PathBuf::from);
+        if let Some(cgroup) = &cgroup {
+            assert!(cgroup.exists(), "{rung}: the populated cgroup was removed");
+        }
+        freezer.thaw();
+        let gc = sandbox.command(&["gc"]).output().unwrap();
+        assert!(gc.status.success(), "{rung}: {gc:?}");
+        sandbox.assert_no_survivors(&["frozen"]);
+        sandbox.assert_namespace_empty();
+        if let Some(cgroup) = &cgroup {
+            assert!(!cgroup.exists(), "{rung}: gc left {}", cgroup.display());
+        }
+    }
+}

@@ -119,3 +119,103 @@ fn the_report_says_a_watchdog_guarded_the_run() {
         );
     }
 }
+
+/// The command stops or kills its own watchdog (same uid): the run says so on stderr and in the
+/// report (`containment.watchdog_lost`), the watchdog's pid stays held (a killed watchdog is a
+/// zombie until the run ends, so no process of the run can take its number), and no watchdog is
+/// left behind, stopped or not.
+#[test]
+fn a_watchdog_the_command_stops_or_kills_is_reported_held_and_never_left_behind() {
+    let sandbox = Sandbox::new("wdlost");
+    for (signal, why) in [("STOP", "stopped"), ("KILL", "killed")] {
+        for contain in ["cgroup", "session"] {
+            let script = format!(
+                r#"wd=$(pgrep -f "^cleanroom watchdog $CLEANROOM_RUN_ID")
+echo $wd > "$CRT_DIR/watchdog"
+kill -{signal} $wd
+sleep 0.3
+[ -e /proc/$wd ] || {{ echo "watchdog pid $wd was released" >&2; exit 3; }}"#
+            );
+            let run = sandbox.run_bash(&["--contain", contain], &script);
+            run.assert_status(0);
+            let report = run.report();
+            assert_eq!(
+                report["containment"]["watchdog_lost"], why,
+                "{signal}/{contain}: {report}"
+            );
+            assert!(
+                run.stderr.contains("watchdog (pid ") && run.stderr.contains(why),
+                "{signal}/{contain}: {}",
+                run.stderr
+            );
+            let pid: i32 = std::fs::read_to_string(sandbox.scratch().join("watchdog"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(
+                !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                "{signal}/{contain}: the watchdog {pid} is left: {:?}",
+                common::live_cmdline(pid)
+            );
+            sandbox.assert_namespace_empty();
+        }
+    }
+}
+
+/// With `--protect off` the command has a `setsid` daemon reopen every pipe and socket of the
+/// runner through `/proc/<runner>/fd` (the runner's end of its watchdog's channel among them)
+/// and hold them: the runner's death must still
+/// reach the watchdog (a socket cannot be reopened through /proc, and the watchdog watches the
+/// runner through a pidfd as well), which kills the daemon.
+#[test]
+fn a_command_holding_the_runners_end_of_the_watchdog_channel_does_not_blind_it() {
+    let sandbox = Sandbox::new("hijack");
+    for contain in ["cgroup", "session"] {
+        let script = r#"setsid bash -c 'n=10
+for f in /proc/$1/fd/*; do
+  case "$(readlink $f)" in pipe:*|socket:*) eval "exec $n>\"\$f\""; n=$((n + 1));; esac
+done
+exec perl "$CRT_DIR/sleeper.pl" victim "$CRT_MARK"' _ $PPID </dev/null >/dev/null 2>&1 &
+ready victim
+exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
+        let (mut cmd, _) =
+            sandbox.bash_command(&["--contain", contain, "--protect", "off"], script);
+        let mut runner = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        if let Err(e) = sandbox.wait_ready(&["victim", "main"], &runner) {
+            sandbox.stop_runner(&mut runner);
+            panic!("{contain}: {e}");
+        }
+        runner.kill().unwrap();
+        runner.wait().unwrap();
+        let pids: Vec<i32> = ["victim", "main"]
+            .iter()
+            .map(|n| sandbox.pid_of(n).unwrap())
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while pids.iter().any(|&p| common::is_alive_pid(p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let alive: Vec<i32> = pids
+            .into_iter()
+            .filter(|&p| common::is_alive_pid(p))
+            .collect();
+        for &p in &alive {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(p).unwrap(),
+                rustix::process::Signal::KILL,
+            );
+        }
+        assert!(
+            alive.is_empty(),
+            "{contain}: alive 2 s after the runner's death: {alive:?}"
+        );
+        let gc = sandbox.command(&["gc"]).output().unwrap();
+        assert!(gc.status.success(), "{contain}: {gc:?}");
+        sandbox.assert_namespace_empty();
+    }
+}

@@ -198,8 +198,8 @@ impl Environment {
     pub fn shutdown(&self, reaper: &Reaper) {
         let container = lock(&self.container).take();
         if let Some(container) = container {
-            let killed = container.terminate(SWEEP_GRACE, &mut || reaper.reap_orphans());
-            for process in &killed {
+            let ended = container.terminate(SWEEP_GRACE, &mut || reaper.reap_orphans());
+            for process in &ended.killed {
                 tracing::warn!(
                     "killed leftover process {} ({})",
                     process.id.pid,

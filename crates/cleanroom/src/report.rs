@@ -57,6 +57,9 @@ pub struct ContainmentInfo {
     pub cgroup: Option<PathBuf>,
     /// Whether a watchdog was guarding the run: it kills the run if the runner dies.
     pub watchdog: bool,
+    /// Why the watchdog stopped guarding the run before its end (`stopped` or `killed`), if it
+    /// did: the run was then not guarded against the runner's death.
+    pub watchdog_lost: Option<String>,
 }
 
 /// A process that outlived the command.
@@ -103,10 +106,13 @@ pub struct RunReport {
     pub containment: ContainmentInfo,
     /// Protection.
     pub protection: ProtectionStatus,
-    /// Processes that outlived the command (all killed).
+    /// Processes that outlived the command (killed, but for the `survivors`).
     pub leaks: Vec<Leak>,
-    /// Processes that needed SIGKILL at the end.
+    /// Processes that needed SIGKILL at the end (and died of it).
     pub killed: Vec<ProcessInfo>,
+    /// Processes still alive when the KILL loop gave up (exit status 125; the root and the
+    /// cgroup are left for gc).
+    pub survivors: Vec<ProcessInfo>,
     /// Removal of the root (absent when kept).
     pub cleanup: Option<Removal>,
     /// Whether the root was kept (`--keep-root`).

@@ -253,7 +253,14 @@ impl Root {
 
     /// Leaves the root in place (`--keep-root`); the lock is released, and because the marker says
     /// `keep`, gc leaves it alone unless asked to reclaim kept roots.
-    pub fn keep(mut self) -> PathBuf {
+    pub fn keep(self) -> PathBuf {
+        self.leave()
+    }
+
+    /// Leaves the root in place for gc (processes of the run survived SIGKILL): the lock is
+    /// released, so the next gc sees a dead run, kills what its marker and tag lead to (the
+    /// recorded cgroup) and removes it.
+    pub fn leave(mut self) -> PathBuf {
         self.dir = None;
         std::mem::take(&mut self.path)
     }

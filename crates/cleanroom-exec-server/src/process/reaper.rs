@@ -40,7 +40,8 @@ impl Reaper {
     }
 
     /// TERM to every member, `grace` for them to go, then KILL until none is left (blocking:
-    /// call from `spawn_blocking`). Returns what needed SIGKILL.
+    /// call from `spawn_blocking`). Returns what needed SIGKILL and died (survivors of the KILL
+    /// loop's bound are named on stderr by the loop itself).
     pub fn terminate(&self, members: &dyn Members, grace: Duration) -> Vec<ProcessInfo> {
         cleanroom::contain::terminate_set(
             &mut cleanroom::contain::Listed {
@@ -49,6 +50,7 @@ impl Reaper {
             },
             grace,
         )
+        .killed
     }
 
     fn lock(&self) -> MutexGuard<'_, HashSet<i32>> {

@@ -52,6 +52,47 @@ pub fn reset_signals_on_exec(command: &mut Command) {
     }
 }
 
+/// `PIDFD_SIGNAL_PROCESS_GROUP` (Linux 6.9): signal the process group of a pidfd's process.
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 4;
+
+/// SIGKILL to the process group whose leader `leader` (a pidfd) is or was, and never to a group
+/// that merely reuses its number.
+///
+/// With `PIDFD_SIGNAL_PROCESS_GROUP` the kernel resolves the group from the pidfd's own
+/// `struct pid`, which the group's members keep pointing to after the leader is reaped: the
+/// signal reaches exactly the original group, or nothing (`ESRCH`) once it is empty. On older
+/// kernels the group is signalled by number only while the pidfd's process is not yet reaped
+/// (its zombie holds the number, so no other group can have it); the gap between that check and
+/// the kill is the only window, and it needs the pid space to wrap within it.
+pub(super) fn kill_group_of(leader: &OwnedFd, group: i32) {
+    // SAFETY: raw syscalls on a descriptor we own.
+    unsafe { kill_group_raw(leader.as_raw_fd(), group) }
+}
+
+/// [`kill_group_of`] on a raw pidfd, in raw syscalls only (the watchdog calls it after a fork).
+///
+/// # Safety
+/// `leader` must be an open pidfd.
+pub(super) unsafe fn kill_group_raw(leader: libc::c_int, group: i32) {
+    let send = |signal: libc::c_int, flags: libc::c_uint| {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            leader,
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            flags,
+        )
+    };
+    if send(libc::SIGKILL, PIDFD_SIGNAL_PROCESS_GROUP) == 0
+        || *libc::__errno_location() != libc::EINVAL
+    {
+        return;
+    }
+    if send(0, 0) == 0 {
+        libc::kill(-group, libc::SIGKILL);
+    }
+}
+
 /// Reaps exited children of this process that `keep` does not claim (for processes that share
 /// their children with a runtime such as tokio, which must reap its own).
 pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) {
@@ -231,7 +272,16 @@ impl Cgroup {
     }
 
     /// Removes the (empty) leaf, retrying briefly while the kernel finishes tearing tasks down.
-    pub(super) fn remove(self) {
+    /// A leaf whose processes survived the KILL loop is left in place for gc (the root's marker
+    /// records it).
+    pub(super) fn remove(self, survivors: bool) {
+        if survivors {
+            tracing::warn!(
+                "cgroup {} left for gc: processes survived",
+                self.path.display()
+            );
+            return;
+        }
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             match fs::remove_dir(&self.path) {

@@ -14,7 +14,9 @@
 //! A PID namespace is deliberately not the default: it changes what `ps`, pid files and
 //! `kill -0` show the suite, and needs a user namespace when unprivileged, which changes the uid
 //! the suite sees. The run's [`Watchdog`] kills it if the runner dies; gc finds what is left
-//! after that by `CLEANROOM_RUN_ID`.
+//! after that by `CLEANROOM_RUN_ID`. A process that, before the runner died, left the leaf (or
+//! runs on the session rung), the command's process group and the tag is no longer provably the
+//! run's once the runner is dead, and survives (docs/containment.md says so).
 //!
 //! Invariants: processes are named by pid + start time and signalled through pidfds; liveness is
 //! [`process::is_alive`] (a `Z` leader with live threads is alive); the subreaper flag is set
@@ -92,6 +94,15 @@ pub enum Children {
     Some,
 }
 
+/// What a termination achieved.
+#[derive(Debug, Default)]
+pub struct Termination {
+    /// The processes that were alive to receive SIGKILL and are dead now.
+    pub killed: Vec<ProcessInfo>,
+    /// The processes still alive when the KILL loop hit its bound (never counted as killed).
+    pub survivors: Vec<ProcessInfo>,
+}
+
 /// A set of processes to terminate, as the kill loops see it.
 ///
 /// An empty member listing alone is never proof: a fork-and-exit chain has a process in flight
@@ -137,8 +148,13 @@ pub struct Container {
     cgroup: Option<os::Cgroup>,
     fallback: Option<String>,
     watchdog: Option<Watchdog>,
-    /// The command's process group, once started.
-    group: Option<i32>,
+    /// Processes survived the KILL loop: the leaf is left for gc.
+    survived: bool,
+    /// Why the watchdog stopped guarding the run, once it is disarmed.
+    watchdog_lost: Option<&'static str>,
+    /// The command's process group, once started: its leader's pid and a pidfd on it (the
+    /// group is only ever signalled through that pidfd, see [`os::kill_group_of`]).
+    group: Option<(i32, std::os::fd::OwnedFd)>,
 }
 
 impl Container {
@@ -162,6 +178,8 @@ impl Container {
             cgroup,
             fallback,
             watchdog: None,
+            watchdog_lost: None,
+            survived: false,
             group: None,
         })
     }
@@ -177,14 +195,51 @@ impl Container {
         }
     }
 
-    /// Whether a watchdog guards the run against the runner's death.
+    /// Whether a watchdog guards the run against the runner's death (until it is disarmed).
     pub fn has_watchdog(&self) -> bool {
         self.watchdog.is_some()
     }
 
-    /// The command started as `main`, the leader of its own process group.
+    /// Looks whether the watchdog was stopped or killed (loudly, once); see [`Watchdog::check`].
+    pub fn check_watchdog(&self) {
+        if let Some(watchdog) = &self.watchdog {
+            watchdog.check();
+        }
+    }
+
+    /// Ends the watchdog once the run is provably over; returns why it had been lost, if it had
+    /// been (stopped or killed during the run).
+    pub fn disarm_watchdog(&mut self) -> Option<&'static str> {
+        if let Some(watchdog) = self.watchdog.take() {
+            self.watchdog_lost = watchdog.disarm();
+        }
+        self.watchdog_lost
+    }
+
+    /// Processes of the run survived SIGKILL: the cgroup is left in place for gc (recorded in
+    /// the root's marker) rather than removed.
+    pub fn left_survivors(&mut self) {
+        self.survived = true;
+    }
+
+    /// Whether `pid`, a child of the runner, is one the container keeps and reaps itself (its
+    /// watchdog): the runner's reaping must skip it.
+    pub fn keeps(&self, pid: i32) -> bool {
+        self.watchdog.as_ref().is_some_and(|w| w.pid() == pid)
+    }
+
+    /// The command started as `main`, the leader of its own process group. Call it before
+    /// anything can reap `main`, so that the pidfd taken here is the command's.
     pub fn started(&mut self, main: i32) {
-        self.group = Some(main);
+        let pidfd = rustix::process::Pid::from_raw(main).and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        });
+        match pidfd {
+            Some(fd) => self.group = Some((main, fd)),
+            None => tracing::warn!(
+                "no pidfd on the command (pid {main}): its group is not killed as a whole"
+            ),
+        }
         if let Some(watchdog) = &self.watchdog {
             watchdog.guard_group(main);
         }
@@ -251,8 +306,8 @@ impl Container {
     /// TERM to every member, up to `grace` for them to go, then KILL until none is left.
     ///
     /// `reap` is called while waiting so that exited children of the runner do not linger as
-    /// zombies. Returns the processes that had to be killed with SIGKILL.
-    pub fn terminate(&self, grace: Duration, reap: &mut dyn FnMut()) -> Vec<ProcessInfo> {
+    /// zombies. Returns what needed SIGKILL and what survived it.
+    pub fn terminate(&self, grace: Duration, reap: &mut dyn FnMut()) -> Termination {
         terminate_set(
             &mut Contained {
                 container: self,
@@ -268,8 +323,7 @@ impl Container {
     /// Whether `children`, the direct children of the runner left after reaping, are only the
     /// ones the container keeps.
     pub fn only_kept(&self, children: &[i32]) -> bool {
-        let watchdog = self.watchdog.as_ref().map(Watchdog::pid);
-        children.iter().all(|&c| Some(c) == watchdog)
+        children.iter().all(|&c| self.keeps(c))
     }
 }
 
@@ -299,26 +353,22 @@ impl Scope for Contained<'_> {
         if let Some(cgroup) = &self.container.cgroup {
             cgroup.kill();
         }
-        if let Some(group) = self
-            .container
-            .group
-            .and_then(rustix::process::Pid::from_raw)
-        {
-            let _ = rustix::process::kill_process_group(group, Signal::KILL);
+        if let Some((group, leader)) = &self.container.group {
+            os::kill_group_of(leader, *group);
         }
     }
 }
 
 /// Terminates the set of processes `scope` describes: TERM, wait up to `grace`, then KILL in a
-/// loop until the set is provably empty. Returns what needed SIGKILL.
-pub fn terminate_set(scope: &mut dyn Scope, grace: Duration) -> Vec<ProcessInfo> {
+/// loop until the set is provably empty. Returns what needed SIGKILL and what survived it.
+pub fn terminate_set(scope: &mut dyn Scope, grace: Duration) -> Termination {
     let mut termed: Vec<ProcessInfo> = Vec::new();
     let deadline = Instant::now() + grace;
     loop {
         let children = scope.reap();
         let current = scope.members();
         if current.is_empty() && settled(scope, children, &termed) {
-            return Vec::new();
+            return Termination::default();
         }
         for member in current {
             if !termed.iter().any(|t| t.id == member.id) {
@@ -348,13 +398,14 @@ fn settled(scope: &mut dyn Scope, children: Children, signalled: &[ProcessInfo])
 
 /// SIGKILLs the processes already `known` at once, then the whole set and every member,
 /// repeatedly, until the set is provably empty (see [`settled`]) or [`KILL_LOOP_LIMIT`], when
-/// the survivors are reported loudly. Returns the processes that were alive to receive SIGKILL.
+/// the survivors are reported loudly. Returns the processes that were alive to receive SIGKILL
+/// and died, and the survivors (a survivor is never reported as killed).
 ///
 /// Listing the members first would give a fork loop time to multiply: on the session rung the
 /// listing reads `/proc/<pid>/task/*/children`, which the kernel builds in time quadratic in
 /// the number of children, so one listing of a process forking in a loop can take seconds,
 /// during which it forks thousands more. Killing what is known first cuts the source.
-pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Vec<ProcessInfo> {
+pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Termination {
     let started = Instant::now();
     let mut signalled: Vec<ProcessInfo> = known.to_vec();
     let mut killed: Vec<ProcessInfo> = known
@@ -371,7 +422,10 @@ pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Vec<Pro
             let _ = member.id.signal(Signal::KILL);
         }
         if current.is_empty() && settled(scope, children, &signalled) {
-            return killed;
+            return Termination {
+                killed,
+                survivors: Vec::new(),
+            };
         }
         for member in current {
             if !killed.iter().any(|k| k.id == member.id) {
@@ -382,16 +436,18 @@ pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Vec<Pro
             }
         }
         if started.elapsed() > KILL_LOOP_LIMIT {
-            report_survivors(scope, children);
-            return killed;
+            let survivors = report_survivors(scope, children);
+            killed.retain(|k| !survivors.iter().any(|s| s.id == k.id));
+            return Termination { killed, survivors };
         }
         round += 1;
         std::thread::sleep(Duration::from_micros(200 * u64::from(round.min(25))));
     }
 }
 
-/// Says, as loudly as the runner can, that the KILL loop gave up with processes left.
-fn report_survivors(scope: &mut dyn Scope, children: Children) {
+/// Says, as loudly as the runner can, that the KILL loop gave up with processes left; returns
+/// them.
+fn report_survivors(scope: &mut dyn Scope, children: Children) -> Vec<ProcessInfo> {
     let survivors = scope.members();
     let listed: Vec<String> = survivors
         .iter()
@@ -413,6 +469,7 @@ fn report_survivors(scope: &mut dyn Scope, children: Children) {
         "cleanroom: error: processes of the run survived {KILL_LOOP_LIMIT:?} of SIGKILL: [{}]",
         listed.join(", ")
     );
+    survivors
 }
 
 /// Kills what a dead runner left behind: processes of `uid` carrying `CLEANROOM_RUN_ID=run_id`,
@@ -424,23 +481,23 @@ pub fn kill_orphans(run_id: &str, uid: u32, cgroup: Option<&str>) -> Vec<Process
     }
     let mut members = || process::with_env_entry(crate::env::RUN_ID_VAR, run_id, uid);
     let mut reap = || reap_orphans(&|_| false);
-    found.extend(kill_until_empty(
+    let ended = kill_until_empty(
         &mut Listed {
             members: &mut members,
             reap: &mut reap,
         },
         &[],
-    ));
+    );
+    found.extend(ended.killed);
+    found.extend(ended.survivors);
     found
 }
 
 impl Drop for Container {
     fn drop(&mut self) {
-        if let Some(watchdog) = self.watchdog.take() {
-            watchdog.disarm();
-        }
+        self.disarm_watchdog();
         if let Some(cgroup) = self.cgroup.take() {
-            cgroup.remove();
+            cgroup.remove(self.survived);
         }
     }
 }

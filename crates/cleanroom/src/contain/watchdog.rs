@@ -1,15 +1,19 @@
 //! The watchdog: a fork of the runner (no exec) that kills the run when the runner dies.
 //!
-//! It holds the read end of a pipe whose write end only the runner has (`O_CLOEXEC`, so the
-//! command never inherits it). The runner tells it the command's process group (`P` + pid) and,
-//! at the end of a run whose processes are all dead, `D`one. End of file without `D` means the
-//! runner died (SIGKILL, OOM killer): the watchdog then kills the run for a bounded time —
+//! It holds one end of a socket pair whose other end only the runner has (`SOCK_CLOEXEC`, so
+//! the command never inherits it; a socket, unlike a pipe, cannot be reopened through
+//! `/proc/<runner>/fd`, so with `--protect off` the command can neither keep the runner's end
+//! open nor forge a message), and a pidfd on the runner, which becomes readable when the runner
+//! dies whoever holds the socket. The runner tells it the command's process group (`P` + pid)
+//! and, at the end of a run whose processes are all dead, `D`one. The runner's death (its pidfd,
+//! or end of file without `D`: SIGKILL, OOM killer) makes the watchdog kill the run for a bounded
+//! time —
 //! `cgroup.kill` and a SIGKILL to every tgid of the leaf on the cgroup rung; the command's
 //! process group and every process of the same uid tagged `CLEANROOM_RUN_ID=<run id>` on both.
 //!
 //! Invariants: after the fork the child runs only async-signal-safe code (raw syscalls on
 //! buffers allocated before the fork; the runner may have other threads); it keeps no
-//! descriptor but the pipe and the cgroup directory (so never the root's liveness lock nor an
+//! descriptor but the socket, the runner's pidfd and the cgroup directory (so never the root's liveness lock nor an
 //! exclusive lock: a dead runner's root is provably dead at once), starts its own session (a
 //! signal to the runner's process group or terminal does not reach it), and is never a member
 //! of the run (it is excluded from the runner's descendants and is outside the leaf).
@@ -27,15 +31,25 @@ const GROUP: u8 = b'P';
 const DONE: u8 = b'D';
 
 /// The runner's handle on its watchdog.
+///
+/// The watchdog is the runner's child and is reaped only by [`Watchdog::disarm`] (the runner's
+/// reaping skips it): while it is unreaped — even dead — its pid cannot be reused, so no process
+/// of the run can take that number and be excluded from the members by it. A child rather than a
+/// grandchild, because the runner must see it die or stop (`waitid`), which only a parent can.
 #[derive(Debug)]
 pub struct Watchdog {
     pid: i32,
+    /// The runner's end of the socket pair.
     pipe: OwnedFd,
+    /// Why the watchdog stopped guarding the run, once seen (it was stopped or killed).
+    lost: std::cell::Cell<Option<&'static str>>,
 }
 
 /// What the watchdog works from, prepared before the fork.
 struct Plan {
     pipe: RawFd,
+    /// A pidfd on the runner: readable once it is dead.
+    runner: RawFd,
     cgroup: Option<RawFd>,
     dev_null: RawFd,
     /// `\0CLEANROOM_RUN_ID=<id>\0`: an exact entry of a NUL-separated environment.
@@ -52,8 +66,18 @@ struct Plan {
 impl Watchdog {
     /// Forks the watchdog of run `run_id`, whose leaf (if any) is the open directory `cgroup`.
     pub fn start(run_id: &str, cgroup: Option<(&OwnedFd, &std::path::Path)>) -> Result<Watchdog> {
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| Error::sys("create the watchdog's pipe", e))?;
+        let (read, write) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| Error::sys("create the watchdog's socket pair", e))?;
+        let runner = rustix::process::pidfd_open(
+            rustix::process::getpid(),
+            rustix::process::PidfdFlags::empty(),
+        )
+        .map_err(|e| Error::sys("open a pidfd on the runner for its watchdog", e))?;
         let dev_null = rustix::fs::open(
             "/dev/null",
             rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
@@ -78,6 +102,7 @@ impl Watchdog {
         };
         let plan = Plan {
             pipe: read.as_raw_fd(),
+            runner: runner.as_raw_fd(),
             cgroup: cgroup.map(|(dir, _)| dir.as_raw_fd()),
             title: format!("cleanroom watchdog {run_id}").into_bytes(),
             argv: argv_area(),
@@ -101,7 +126,11 @@ impl Watchdog {
                 // SAFETY: see above; never returns.
                 unsafe { watch(&plan) }
             }
-            pid => Ok(Watchdog { pid, pipe: write }),
+            pid => Ok(Watchdog {
+                pid,
+                pipe: write,
+                lost: std::cell::Cell::new(None),
+            }),
         }
     }
 
@@ -110,26 +139,72 @@ impl Watchdog {
         self.pid
     }
 
+    /// Sends one message (no SIGPIPE if the watchdog is gone: that is seen by [`Self::check`]).
+    fn send(&self, message: &[u8]) {
+        let _ = rustix::net::send(&self.pipe, message, rustix::net::SendFlags::NOSIGNAL);
+    }
+
     /// Tells the watchdog the command's process group.
     pub fn guard_group(&self, group: i32) {
         let mut message = [GROUP; 5];
         message[1..].copy_from_slice(&group.to_ne_bytes());
-        let _ = rustix::io::write(&self.pipe, &message);
+        self.send(&message);
     }
 
-    /// Tells the watchdog the run is over and reaps it (waiting at most a second).
-    pub fn disarm(self) {
-        let _ = rustix::io::write(&self.pipe, &[DONE]);
-        drop(self.pipe);
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let pid = rustix::process::Pid::from_raw(self.pid);
-        while Instant::now() < deadline {
-            match rustix::process::waitpid(pid, rustix::process::WaitOptions::NOHANG) {
-                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
-                _ => return,
+    /// Looks (without reaping) whether the watchdog was stopped or died, and says so loudly the
+    /// first time: the run is then no longer guarded against the runner's death.
+    pub fn check(&self) -> Option<&'static str> {
+        if self.lost.get().is_none() {
+            // SAFETY: waitid on our own child, into a zeroed siginfo; WNOWAIT reaps nothing.
+            let (rc, info) = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let flags = libc::WEXITED
+                    | libc::WSTOPPED
+                    | libc::WCONTINUED
+                    | libc::WNOHANG
+                    | libc::WNOWAIT;
+                let rc = libc::waitid(libc::P_PID, self.pid as libc::id_t, &mut info, flags);
+                (rc, info)
+            };
+            // SAFETY: si_pid is set by waitid (zero when nothing changed).
+            if rc == 0 && unsafe { info.si_pid() } != 0 {
+                let why = match info.si_code {
+                    libc::CLD_STOPPED | libc::CLD_TRAPPED | libc::CLD_CONTINUED => "stopped",
+                    _ => "killed",
+                };
+                self.lost.set(Some(why));
+                tracing::error!("the watchdog (pid {}) was {why}", self.pid);
+                eprintln!(
+                    "cleanroom: warning: the run's watchdog (pid {}) was {why} during the run: the run was not guarded against the runner's death",
+                    self.pid
+                );
             }
         }
-        tracing::warn!("the watchdog (pid {}) did not exit", self.pid);
+        self.lost.get()
+    }
+
+    /// Tells the watchdog the run is over and reaps it; one that was lost (see [`check`]) or
+    /// does not exit within a second is SIGKILLed and reaped, so none is ever left behind.
+    /// Returns why it was lost, if it was.
+    ///
+    /// [`check`]: Watchdog::check
+    pub fn disarm(self) -> Option<&'static str> {
+        let pid = rustix::process::Pid::from_raw(self.pid);
+        if self.check().is_none() {
+            self.send(&[DONE]);
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < deadline {
+                match rustix::process::waitpid(pid, rustix::process::WaitOptions::NOHANG) {
+                    Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                    _ => return None,
+                }
+            }
+            tracing::warn!("the watchdog (pid {}) did not exit: killed", self.pid);
+        }
+        // SAFETY: the pid is our unreaped child's, so it names the watchdog.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        let _ = rustix::process::waitpid(pid, rustix::process::WaitOptions::empty());
+        self.lost.get()
     }
 }
 
@@ -144,11 +219,15 @@ unsafe fn watch(plan: &Plan) -> ! {
         libc::dup2(plan.dev_null, std_fd);
     }
     let parent = plan.cgroup_parent.as_ref().map_or(-1, |(fd, _)| *fd);
-    close_all_but(&[plan.pipe, plan.cgroup.unwrap_or(-1), parent]);
+    close_all_but(&[plan.pipe, plan.runner, plan.cgroup.unwrap_or(-1), parent]);
     let mut group: i32 = 0;
+    let mut leader: RawFd = -1;
     let mut buf = [0u8; 64];
     let mut pending = 0usize;
     loop {
+        if !runner_alive(plan) {
+            break;
+        }
         let n = libc::read(
             plan.pipe,
             buf.as_mut_ptr().add(pending).cast(),
@@ -166,6 +245,11 @@ unsafe fn watch(plan: &Plan) -> ! {
                 DONE => libc::_exit(0),
                 GROUP if pending >= 5 => {
                     group = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+                    // The runner has not reaped the leader yet (it sends this first), so the
+                    // pidfd is the command's; the group is only ever signalled through it.
+                    if leader < 0 {
+                        leader = libc::syscall(libc::SYS_pidfd_open, group, 0) as RawFd;
+                    }
                     buf.copy_within(5..pending, 0);
                     pending -= 5;
                 }
@@ -177,13 +261,37 @@ unsafe fn watch(plan: &Plan) -> ! {
             }
         }
     }
-    kill_run(plan, group);
+    kill_run(plan, group, leader);
     if let (Some(dir), Some((parent, name))) = (plan.cgroup, &plan.cgroup_parent) {
         if !populated(dir) {
             libc::unlinkat(*parent, name.as_ptr(), libc::AT_REMOVEDIR);
         }
     }
     libc::_exit(0)
+}
+
+/// Waits until the socket has something to read (a message, or end of file) or the runner is
+/// dead; returns false in the latter case, when the socket is empty. A message already sent
+/// is read before the runner's death counts, so a `D` followed by the runner's exit is honoured.
+unsafe fn runner_alive(plan: &Plan) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: plan.pipe,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: plan.runner,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        if libc::poll(fds.as_mut_ptr(), 2, -1) >= 0 || *libc::__errno_location() != libc::EINTR {
+            break;
+        }
+    }
+    fds[0].revents != 0 || fds[1].revents == 0
 }
 
 /// Where the kernel keeps this process's argv (fields 48 and 49 of `/proc/self/stat`).
@@ -209,7 +317,7 @@ unsafe fn set_title(plan: &Plan) {
 }
 
 /// Closes every descriptor but 0–2 and `keep` (close_range on the gaps).
-unsafe fn close_all_but(keep: &[RawFd; 3]) {
+unsafe fn close_all_but(keep: &[RawFd; 4]) {
     let mut first: libc::c_uint = 3;
     let mut sorted = *keep;
     sorted.sort_unstable();
@@ -225,7 +333,7 @@ unsafe fn close_all_but(keep: &[RawFd; 3]) {
 }
 
 /// Kills the run for up to [`KILL_FOR`], until three rounds in a row found nothing.
-unsafe fn kill_run(plan: &Plan, group: i32) {
+unsafe fn kill_run(plan: &Plan, group: i32, leader: RawFd) {
     let started = now();
     let mut quiet = 0;
     while quiet < 3 && now() - started < KILL_FOR.as_millis() as i64 {
@@ -234,8 +342,8 @@ unsafe fn kill_run(plan: &Plan, group: i32) {
             found |= kill_cgroup(dir);
         }
         // Not counted as finding anything: zombies keep a group alive for kill(2).
-        if group > 0 {
-            libc::kill(-group, libc::SIGKILL);
+        if leader >= 0 {
+            super::os::kill_group_raw(leader, group);
         }
         found |= kill_tagged(plan);
         quiet = if found { 0 } else { quiet + 1 };

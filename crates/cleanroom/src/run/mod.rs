@@ -286,17 +286,32 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     }
     drop(held_locks);
 
+    // Survivors: the kill loop gave up; the cgroup and the root stay for gc to retry.
+    let survived = !outcome.survivors.is_empty();
+    if survived {
+        container.left_survivors();
+    }
+    let guarded = container.has_watchdog();
+    let watchdog_lost = container.disarm_watchdog();
     let exit = outcome.exit_info(config);
     let containment = ContainmentInfo {
         mechanism: container.mechanism(),
         fallback_reason: container.fallback_reason().map(str::to_owned),
         cgroup: container.cgroup_path().map(PathBuf::from),
-        watchdog: container.has_watchdog(),
+        watchdog: guarded,
+        watchdog_lost: watchdog_lost.map(str::to_owned),
     };
     drop(container);
     let root_path = root.path().to_path_buf();
     let cleanup = if config.keep_root {
         root.keep();
+        None
+    } else if survived {
+        tracing::error!(
+            "root {} left for gc: processes of the run survived",
+            root_path.display()
+        );
+        root.leave();
         None
     } else {
         Some(root.remove(&ns))
@@ -318,6 +333,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         protection: protection.status().clone(),
         leaks: outcome.leaks,
         killed: outcome.killed,
+        survivors: outcome.survivors,
         cleanup,
         kept_root: config.keep_root,
         gc,
@@ -368,6 +384,8 @@ struct Outcome {
     interrupt_signal: Option<i32>,
     leaks: Vec<Leak>,
     killed: Vec<ProcessInfo>,
+    /// Alive after the KILL loop's bound: the run failed (125), its root is left for gc.
+    survivors: Vec<ProcessInfo>,
     spawn_failure: Option<u8>,
     /// The run was SIGKILLed after its grace.
     escalated: bool,
@@ -397,6 +415,9 @@ impl Outcome {
         if status == 0 && !self.leaks.is_empty() && config.on_leak == LeakPolicy::Fail {
             status = EXIT_LEAKED;
         }
+        if !self.survivors.is_empty() {
+            status = EXIT_OWN_FAILURE;
+        }
         ExitInfo {
             status,
             code,
@@ -408,30 +429,34 @@ impl Outcome {
     }
 }
 
-/// Reaps every exited child; records the main process's raw wait status; says whether a child
-/// other than the ones `container` keeps (its watchdog) is left.
+/// Reaps every exited child but the ones `container` keeps (its watchdog, which must stay
+/// unreaped so that its pid is not reused, see [`crate::contain::Watchdog`]); records the main
+/// process's raw wait status; says whether a child other than the kept ones is left.
 ///
-/// `waitpid` is the truth here, not a listing: when it says no child is left (ECHILD, or only
-/// kept ones remain after every waitable one was reaped), no descendant is left either, because
-/// every orphan re-parents to the runner (a subreaper) before its parent becomes a zombie.
+/// Children are reaped by pid from the kernel's list, never by `wait(-1)`, which would reap the
+/// watchdog too. The second listing is the proof: a child not in it is not ours, and every
+/// orphan re-parents to the runner (a subreaper) before its parent becomes a zombie, so when it
+/// holds only kept children, no descendant is left either.
 fn reap_children(container: &Container, main: i32, main_status: &mut Option<i32>) -> Children {
-    loop {
-        match rustix::process::wait(WaitOptions::NOHANG) {
-            Ok(Some((pid, status))) => {
-                if pid.as_raw_nonzero().get() == main {
-                    *main_status = Some(status.as_raw());
-                }
-            }
-            Ok(None) => {
-                let me = std::process::id() as i32;
-                return if container.only_kept(&crate::process::children(me)) {
-                    Children::None
-                } else {
-                    Children::Some
-                };
-            }
-            Err(_) => return Children::None,
+    container.check_watchdog();
+    let me = std::process::id() as i32;
+    for child in crate::process::children(me) {
+        let Some(pid) = rustix::process::Pid::from_raw(child) else {
+            continue;
+        };
+        if container.keeps(child) {
+            continue;
         }
+        if let Ok(Some((_, status))) = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
+            if child == main {
+                *main_status = Some(status.as_raw());
+            }
+        }
+    }
+    if container.only_kept(&crate::process::children(me)) {
+        Children::None
+    } else {
+        Children::Some
     }
 }
 
@@ -521,10 +546,10 @@ fn terminate_leaks(config: &RunConfig, container: &Container, main: i32, outcome
     if leaked.is_empty() && !in_flight {
         return;
     }
-    let killed = crate::contain::terminate_set(&mut scope, config.leak_grace);
+    let ended = crate::contain::terminate_set(&mut scope, config.leak_grace);
     let found_after_ms = exited_at.elapsed().as_millis() as u64;
     let mut leaks: Vec<ProcessInfo> = leaked;
-    for process in &killed {
+    for process in ended.killed.iter().chain(&ended.survivors) {
         if !leaks.iter().any(|l| l.id == process.id) {
             leaks.push(process.clone());
         }
@@ -533,14 +558,21 @@ fn terminate_leaks(config: &RunConfig, container: &Container, main: i32, outcome
         process,
         found_after_ms,
     }));
-    merge_killed(&mut outcome.killed, killed);
+    outcome.merge(ended);
 }
 
-/// Adds `more` to the list of killed processes, once each.
-fn merge_killed(killed: &mut Vec<ProcessInfo>, more: Vec<ProcessInfo>) {
-    for process in more {
-        if !killed.iter().any(|k| k.id == process.id) {
-            killed.push(process);
+impl Outcome {
+    /// Adds what a termination killed and what survived it, once each.
+    fn merge(&mut self, ended: crate::contain::Termination) {
+        for (list, more) in [
+            (&mut self.killed, ended.killed),
+            (&mut self.survivors, ended.survivors),
+        ] {
+            for process in more {
+                if !list.iter().any(|k| k.id == process.id) {
+                    list.push(process);
+                }
+            }
         }
     }
 }
@@ -556,12 +588,12 @@ fn kill_all(
 ) {
     outcome.escalated = true;
     let mut reap = || reap_children(container, main, main_status);
-    let killed = crate::contain::kill_until_empty(
+    let ended = crate::contain::kill_until_empty(
         &mut Contained {
             container,
             reap: &mut reap,
         },
         known,
     );
-    merge_killed(&mut outcome.killed, killed);
+    outcome.merge(ended);
 }
