@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Windows and macOS from this Linux machine (docs/windows.md):
+# 1. builds cleanroom.exe (crates/cleanroom-windows) and its Wine tests for x86_64-pc-windows-gnu
+#    with Debian's rustc-web + build-std + mingw, in target/cross (the Linux target stays warm);
+# 2. runs the tests under Wine 8 with a private WINEPREFIX inside target/ (removed afterwards),
+#    with the ProcessPrng stand-in DLL (test scaffolding, scripts/windows/processprng.c);
+# 3. type-checks the library for x86_64-apple-darwin.
+# A missing tool is a loud failure, never a skip: .ci/run installs rustc-web cargo-web
+# rust-web-src gcc-mingw-w64-x86-64 wine64.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+die() { echo "scripts/windows.sh: $*" >&2; exit 1; }
+for tool in /usr/bin/rustc /usr/bin/cargo x86_64-w64-mingw32-gcc /usr/lib/wine/wine64; do
+  command -v "$tool" >/dev/null ||
+    die "$tool is missing (apt-get install rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64)"
+done
+[ -d /usr/src/rustc-1.96.0/library ] || ls -d /usr/src/rustc-*/library >/dev/null 2>&1 ||
+  die "the Rust library source is missing (apt-get install rust-web-src): build-std needs it"
+
+export RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1
+export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc
+export CARGO_TARGET_DIR=$repo/target/cross
+cargo=(/usr/bin/cargo)
+win=(--target x86_64-pc-windows-gnu -Zbuild-std=std,panic_abort --locked)
+manifest=(--manifest-path crates/cleanroom-windows/Cargo.toml)
+out=$CARGO_TARGET_DIR/x86_64-pc-windows-gnu/debug
+
+step() { echo "== $* ($(date +%T))" >&2; }
+
+step "build cleanroom.exe, the test payload and the Wine tests"
+"${cargo[@]}" build "${manifest[@]}" "${win[@]}" --bins --examples
+test_exe=$("${cargo[@]}" test "${manifest[@]}" "${win[@]}" --no-run --message-format=json 2>/dev/null |
+  sed -n 's/.*"executable":"\([^"]*wine[^"]*\.exe\)".*/\1/p' | tail -n1)
+[ -n "$test_exe" ] || die "cargo did not report the Wine test executable"
+
+step "clippy for x86_64-pc-windows-gnu (library and cleanroom.exe)"
+"${cargo[@]}" clippy "${manifest[@]}" "${win[@]}" --all-targets -- -D warnings
+
+step "ProcessPrng stand-in DLL"
+dll=$CARGO_TARGET_DIR/bcryptprimitives.dll
+x86_64-w64-mingw32-gcc -shared -O2 -o "$dll" scripts/windows/processprng.c -ladvapi32
+
+step "tests under Wine"
+export WINEPREFIX=$CARGO_TARGET_DIR/wineprefix.$$
+export WINEDEBUG=-all WINEARCH=win64
+trap 'WINEPREFIX=$WINEPREFIX /usr/bin/wineserver -k 2>/dev/null || true; rm -rf "$WINEPREFIX"' EXIT
+/usr/lib/wine/wine64 wineboot --init >/dev/null 2>&1 || die "wineboot could not create $WINEPREFIX"
+# Wine 8 has no bcryptprimitives.dll at all: the stand-in in system32 serves every program.
+cp "$dll" "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
+CLEANROOM_EXE="$out/cleanroom.exe" CLEANROOM_PAYLOAD="$out/examples/payload.exe" \
+  /usr/lib/wine/wine64 "$test_exe" --test-threads=1
+
+step "type-check the library for x86_64-apple-darwin"
+"${cargo[@]}" check -p cleanroom --target x86_64-apple-darwin -Zbuild-std=std,panic_abort --locked
+step "done"
