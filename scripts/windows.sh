@@ -47,6 +47,9 @@ export WINEPREFIX=$CARGO_TARGET_DIR/wineprefix.$$
 export WINEDEBUG=-all WINEARCH=win64
 trap 'WINEPREFIX=$WINEPREFIX /usr/bin/wineserver -k 2>/dev/null || true; rm -rf "$WINEPREFIX"' EXIT
 /usr/lib/wine/wine64 wineboot --init >/dev/null 2>&1 || die "wineboot could not create $WINEPREFIX"
+# Wine links Desktop, Documents, … of the prefix's profile to the real $HOME: make them plain
+# directories, so nothing under test can reach the real home and C: is the whole prefix.
+find "$WINEPREFIX/drive_c" -type l -lname '/*' -exec sh -c 'rm "$1" && mkdir "$1"' _ {} \;
 # Wine 8 has no bcryptprimitives.dll at all: the stand-in in system32 serves every program.
 cp "$dll" "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
 CLEANROOM_EXE="$out/cleanroom.exe" CLEANROOM_PAYLOAD="$out/examples/payload.exe" \

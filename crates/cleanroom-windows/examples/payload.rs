@@ -6,7 +6,7 @@
 //! - `daemon`: starts `payload sleep 300` detached (`DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP`,
 //!   so it is in no console and no process group of ours), prints `daemon=<pid>`, exits 0;
 //! - `exit N`: exits with N;
-//! - `sleep SECS`: sleeps.
+//! - `sleep SECS`: prints `pid=<its pid>`, then sleeps.
 
 use std::os::windows::process::CommandExt;
 use std::path::PathBuf;
@@ -29,7 +29,10 @@ fn main() {
             println!("daemon={}", child.id());
         }
         "exit" => std::process::exit(arg(1).parse().expect("exit N")),
-        "sleep" => std::thread::sleep(std::time::Duration::from_secs(arg(1).parse().expect("sleep SECS"))),
+        "sleep" => {
+            println!("pid={}", std::process::id());
+            std::thread::sleep(std::time::Duration::from_secs(arg(1).parse().expect("sleep SECS")));
+        }
         other => panic!("unknown payload command {other:?}"),
     }
 }
