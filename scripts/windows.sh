@@ -30,13 +30,16 @@ out=$CARGO_TARGET_DIR/x86_64-pc-windows-gnu/debug
 step() { echo "== $* ($(date +%T))" >&2; }
 
 step "build cleanroom.exe, the test payload and the Wine tests"
-"${cargo[@]}" build "${manifest[@]}" "${win[@]}" --bins --examples
-test_exe=$("${cargo[@]}" test "${manifest[@]}" "${win[@]}" --no-run --message-format=json 2>/dev/null |
+# No clippy exists for Debian's rustc 1.96 (rustup's 1.95 clippy cannot build 1.96's core), so
+# compiler warnings in our crates fail the build here instead (cargo replays cached ones).
+log=$CARGO_TARGET_DIR/windows-build.log
+"${cargo[@]}" build "${manifest[@]}" "${win[@]}" --bins --examples 2>&1 | tee "$log" >&2
+test_exe=$("${cargo[@]}" test "${manifest[@]}" "${win[@]}" --no-run --message-format=json 2>>"$log" |
   sed -n 's/.*"executable":"\([^"]*wine[^"]*\.exe\)".*/\1/p' | tail -n1)
-[ -n "$test_exe" ] || die "cargo did not report the Wine test executable"
-
-step "clippy for x86_64-pc-windows-gnu (library and cleanroom.exe)"
-"${cargo[@]}" clippy "${manifest[@]}" "${win[@]}" --all-targets -- -D warnings
+[ -n "$test_exe" ] || die "cargo did not report the Wine test executable (see $log)"
+if grep -q '^warning: .*\|^warning\[' "$log" && grep -A3 '^warning' "$log" | grep -q -- '--> crates/'; then
+  die "the Windows build has warnings in our crates (see $log)"
+fi
 
 step "ProcessPrng stand-in DLL"
 dll=$CARGO_TARGET_DIR/bcryptprimitives.dll
