@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 die() { echo "scripts/windows.sh: $*" >&2; exit 1; }
-for tool in /usr/bin/rustc /usr/bin/cargo x86_64-w64-mingw32-gcc /usr/lib/wine/wine64; do
+for tool in /usr/bin/rustc /usr/bin/cargo x86_64-w64-mingw32-gcc /usr/lib/wine/wine64 /usr/bin/wineserver; do
   command -v "$tool" >/dev/null ||
     die "$tool is missing (apt-get install rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64)"
 done
@@ -46,17 +46,28 @@ dll=$CARGO_TARGET_DIR/bcryptprimitives.dll
 x86_64-w64-mingw32-gcc -shared -O2 -o "$dll" scripts/windows/processprng.c -ladvapi32
 
 step "tests under Wine"
-export WINEPREFIX=$CARGO_TARGET_DIR/wineprefix.$$
+# A pristine prefix is made once (wineboot takes 30 s to minutes) and copied for every run; the
+# copy is private to this run and removed afterwards.
+template=$CARGO_TARGET_DIR/wineprefix-template
 export WINEDEBUG=-all WINEARCH=win64
+if [ ! -f "$template/.ready" ]; then
+  rm -rf "$template"
+  WINEPREFIX=$template /usr/lib/wine/wine64 wineboot --init >/dev/null 2>&1 ||
+    die "wineboot could not create $template"
+  WINEPREFIX=$template /usr/bin/wineserver -w
+  # Wine links Desktop, Documents, … of the profile to the real $HOME: make them plain
+  # directories, so nothing under test can reach the real home and C: is the whole prefix.
+  find "$template/drive_c" -type l -lname '/*' -exec sh -c 'rm "$1" && mkdir "$1"' _ {} \;
+  touch "$template/.ready"
+fi
+export WINEPREFIX=$CARGO_TARGET_DIR/wineprefix.$$
 trap 'WINEPREFIX=$WINEPREFIX /usr/bin/wineserver -k 2>/dev/null || true; rm -rf "$WINEPREFIX"' EXIT
-/usr/lib/wine/wine64 wineboot --init >/dev/null 2>&1 || die "wineboot could not create $WINEPREFIX"
-# Wine links Desktop, Documents, … of the prefix's profile to the real $HOME: make them plain
-# directories, so nothing under test can reach the real home and C: is the whole prefix.
-find "$WINEPREFIX/drive_c" -type l -lname '/*' -exec sh -c 'rm "$1" && mkdir "$1"' _ {} \;
+cp -a "$template" "$WINEPREFIX"
 # Wine 8 has no bcryptprimitives.dll at all: the stand-in in system32 serves every program.
 cp "$dll" "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
 CLEANROOM_EXE="$out/cleanroom.exe" CLEANROOM_PAYLOAD="$out/examples/payload.exe" \
-  /usr/lib/wine/wine64 "$test_exe" --test-threads=1
+  timeout 600 /usr/lib/wine/wine64 "$test_exe" --test-threads=1 ||
+  die "the Wine tests failed (or hung for 10 minutes)"
 
 step "type-check the library for x86_64-apple-darwin"
 "${cargo[@]}" check -p cleanroom --target x86_64-apple-darwin -Zbuild-std=std,panic_abort --locked

@@ -23,6 +23,10 @@ fn main() {
             let me = std::env::current_exe().expect("own path");
             let child = std::process::Command::new(me)
                 .args(["sleep", "300"])
+                // Holds none of our pipes: only the run's containment can end it early.
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
                 .creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP)
                 .spawn()
                 .expect("spawn the daemon");
