@@ -65,7 +65,8 @@ trap 'WINEPREFIX=$WINEPREFIX /usr/bin/wineserver -k 2>/dev/null || true; rm -rf 
 cp -a "$template" "$WINEPREFIX"
 # Wine 8 has no bcryptprimitives.dll at all: the stand-in in system32 serves every program.
 cp "$dll" "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
-CLEANROOM_EXE="$out/cleanroom.exe" CLEANROOM_PAYLOAD="$out/examples/payload.exe" \
+mkdir "$WINEPREFIX/scratch"
+CLEANROOM_TEST_SCRATCH="$WINEPREFIX/scratch" CLEANROOM_EXE="$out/cleanroom.exe" CLEANROOM_PAYLOAD="$out/examples/payload.exe" \
   timeout 600 /usr/lib/wine/wine64 "$test_exe" --test-threads=1 ||
   die "the Wine tests failed (or hung for 10 minutes)"
 

@@ -35,7 +35,9 @@ fn main() {
         "exit" => std::process::exit(arg(1).parse().expect("exit N")),
         "sleep" => {
             println!("pid={}", std::process::id());
-            std::thread::sleep(std::time::Duration::from_secs(arg(1).parse().expect("sleep SECS")));
+            std::thread::sleep(std::time::Duration::from_secs(
+                arg(1).parse().expect("sleep SECS"),
+            ));
         }
         other => panic!("unknown payload command {other:?}"),
     }
@@ -57,7 +59,16 @@ fn mess(count: usize) {
         std::fs::create_dir(&dir).expect("create a temp dir");
         std::fs::write(dir.join("data.txt"), "x").expect("write into a temp dir");
     }
-    for var in ["USERPROFILE", "APPDATA", "LOCALAPPDATA", "TEMP", "TMP", "HOMEDRIVE", "HOMEPATH", "CLEANROOM_ROOT"] {
+    for var in [
+        "USERPROFILE",
+        "APPDATA",
+        "LOCALAPPDATA",
+        "TEMP",
+        "TMP",
+        "HOMEDRIVE",
+        "HOMEPATH",
+        "CLEANROOM_ROOT",
+    ] {
         let value = std::env::var(var).unwrap_or_default();
         println!("{var}={value}");
         if ["USERPROFILE", "APPDATA", "LOCALAPPDATA"].contains(&var) {

@@ -149,7 +149,9 @@ fn parse_run(args: &mut impl Iterator<Item = OsString>) -> Result<RunConfigArgs,
             }
             Some("--require-protection") => run.protection = Protection::Required,
             Some(flag) if flag.starts_with('-') => {
-                return Err(format!("run: unknown option {flag} (see `cleanroom --help`)"))
+                return Err(format!(
+                    "run: unknown option {flag} (see `cleanroom --help`)"
+                ))
             }
             _ => {
                 run.command.push(arg);
@@ -159,7 +161,9 @@ fn parse_run(args: &mut impl Iterator<Item = OsString>) -> Result<RunConfigArgs,
     }
     run.command.extend(args);
     if run.command.is_empty() {
-        return Err("run: no command given (usage: cleanroom run [OPTIONS] [--] COMMAND [ARGS...])".into());
+        return Err(
+            "run: no command given (usage: cleanroom run [OPTIONS] [--] COMMAND [ARGS...])".into(),
+        );
     }
     Ok(run)
 }
@@ -277,7 +281,11 @@ fn gc_main(options: &GcOptions, namespace: &std::path::Path) -> i32 {
         Err(e) => return fail(e),
     };
     let summary = reclaim::gc(&ns, options);
-    let verb = if options.dry_run { "would reclaim" } else { "reclaimed" };
+    let verb = if options.dry_run {
+        "would reclaim"
+    } else {
+        "reclaimed"
+    };
     for path in &summary.removed {
         println!("{verb} {}", path.display());
     }
@@ -312,7 +320,11 @@ fn list_main(namespace: &std::path::Path) -> i32 {
             State::Unproven(why) => format!("unproven ({why})"),
             State::Foreign => "foreign".to_string(),
         };
-        println!("{}\t{state}\t{}", entry.path.display(), entry.command.join(" "));
+        println!(
+            "{}\t{state}\t{}",
+            entry.path.display(),
+            entry.command.join(" ")
+        );
     }
     0
 }

@@ -445,7 +445,11 @@ pub fn build(
         if config.var == "NETRC" {
             let link = layout.home.join(".netrc");
             if let Err(e) = os::link_file(&config.path, &link) {
-                tracing::warn!("cannot link {} to {}: {e}", link.display(), config.path.display());
+                tracing::warn!(
+                    "cannot link {} to {}: {e}",
+                    link.display(),
+                    config.path.display()
+                );
             }
         }
     }

@@ -25,8 +25,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use windows_sys::Win32::Storage::FileSystem::{
     GetFileInformationByHandle, BY_HANDLE_FILE_INFORMATION, FILE_ATTRIBUTE_DIRECTORY,
-    FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_OPEN_REPARSE_POINT, FILE_SHARE_DELETE,
-    FILE_SHARE_READ, FILE_SHARE_WRITE,
+    FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_OPEN_REPARSE_POINT, FILE_SHARE_DELETE, FILE_SHARE_READ,
+    FILE_SHARE_WRITE,
 };
 
 use crate::process::{Host, ProcessId};
@@ -200,16 +200,16 @@ impl Marker {
             format: String,
             version: u32,
         }
-        let probe: Probe = serde_json::from_str(text)
-            .map_err(|e| damaged(format!("marker is not valid: {e}")))?;
+        let probe: Probe =
+            serde_json::from_str(text).map_err(|e| damaged(format!("marker is not valid: {e}")))?;
         if probe.format != MARKER_FORMAT {
             return Err(refused(format!("unknown marker format {:?}", probe.format)));
         }
         if probe.version != MARKER_VERSION {
             return Err(refused(format!("unknown marker version {}", probe.version)));
         }
-        let marker: Marker = serde_json::from_str(text)
-            .map_err(|e| refused(format!("marker is not valid: {e}")))?;
+        let marker: Marker =
+            serde_json::from_str(text).map_err(|e| refused(format!("marker is not valid: {e}")))?;
         if marker.owner_sid != sid {
             return Err(refused(format!(
                 "marker belongs to {}, not {sid}",

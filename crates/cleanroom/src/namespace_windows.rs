@@ -47,7 +47,8 @@ pub struct Namespace {
 impl Namespace {
     /// The default namespace of the token's user: `<LocalAppData>\cleanroom-<SID>`.
     pub fn default_path() -> Result<PathBuf> {
-        let sid = user_sid().map_err(|e| Error::sys("read the user SID of the process token", e))?;
+        let sid =
+            user_sid().map_err(|e| Error::sys("read the user SID of the process token", e))?;
         let local = local_app_data().map_err(|e| Error::sys("find the LocalAppData folder", e))?;
         Ok(local.join(format!("cleanroom-{sid}")))
     }
@@ -65,7 +66,8 @@ impl Namespace {
     /// Opens an existing namespace and verifies it.
     pub fn open(path: &Path) -> Result<Namespace> {
         let path = std::path::absolute(path).at("resolve", path)?;
-        let sid = user_sid().map_err(|e| Error::sys("read the user SID of the process token", e))?;
+        let sid =
+            user_sid().map_err(|e| Error::sys("read the user SID of the process token", e))?;
         let dir = open_dir(&path).at("open state directory", &path)?;
         check_private_dir(&dir, &sid).map_err(|reason| Error::UnsafeNamespace {
             path: path.clone(),
@@ -88,7 +90,10 @@ impl Namespace {
     pub fn try_clone(&self) -> Result<Namespace> {
         Ok(Namespace {
             path: self.path.clone(),
-            dir: self.dir.try_clone().at("duplicate the handle of", &self.path)?,
+            dir: self
+                .dir
+                .try_clone()
+                .at("duplicate the handle of", &self.path)?,
             sid: self.sid.clone(),
         })
     }
@@ -194,7 +199,9 @@ fn sid_string(sid: PSID) -> std::io::Result<String> {
     // SAFETY: `sid` points to a valid SID; `text` receives a LocalAlloc'ed string we free.
     win::check(unsafe { ConvertSidToStringSidW(sid, &mut text) })?;
     // SAFETY: ConvertSidToStringSidW returned a NUL-terminated UTF-16 string.
-    let value = unsafe { win::from_wide_ptr(text) }.to_string_lossy().into_owned();
+    let value = unsafe { win::from_wide_ptr(text) }
+        .to_string_lossy()
+        .into_owned();
     // SAFETY: allocated by ConvertSidToStringSidW for us to free.
     unsafe { LocalFree(text as HLOCAL) };
     Ok(value)

@@ -16,7 +16,8 @@ use windows_sys::Win32::System::SystemInformation::{
 };
 use windows_sys::Win32::System::Threading::{
     GetCurrentProcessId, GetProcessTimes, OpenProcess, QueryFullProcessImageNameW,
-    WaitForSingleObject, PROCESS_NAME_WIN32, PROCESS_QUERY_LIMITED_INFORMATION, PROCESS_SYNCHRONIZE,
+    WaitForSingleObject, PROCESS_NAME_WIN32, PROCESS_QUERY_LIMITED_INFORMATION,
+    PROCESS_SYNCHRONIZE,
 };
 
 use crate::win;
@@ -188,7 +189,9 @@ fn image_path(handle: &OwnedHandle) -> io::Result<String> {
 
 /// The boot counter Windows keeps in the registry, if any.
 fn boot_id() -> Option<u32> {
-    let key = win::wide(r"SYSTEM\CurrentControlSet\Control\Session Manager\Memory Management\PrefetchParameters");
+    let key = win::wide(
+        r"SYSTEM\CurrentControlSet\Control\Session Manager\Memory Management\PrefetchParameters",
+    );
     let value = win::wide("BootId");
     let mut data = 0u32;
     let mut size = 4u32;

@@ -29,7 +29,11 @@ use crate::remove::{self, Removal, RemovalStatus};
 use crate::{win, Error, Result};
 
 /// The Windows profile directories inside `home/`, in creation order.
-pub const PROFILE_DIRS: [&str; 3] = [r"home\AppData", r"home\AppData\Local", r"home\AppData\Roaming"];
+pub const PROFILE_DIRS: [&str; 3] = [
+    r"home\AppData",
+    r"home\AppData\Local",
+    r"home\AppData\Roaming",
+];
 
 /// What a root is created for.
 #[derive(Clone, Debug, Default)]

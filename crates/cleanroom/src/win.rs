@@ -86,7 +86,12 @@ pub fn known_folder(id: &windows_sys::core::GUID) -> io::Result<PathBuf> {
     // SAFETY: `id` is a valid GUID; a null token means the current user; the string is freed
     // below even on failure, as documented.
     let hr = unsafe {
-        SHGetKnownFolderPath(id, KF_FLAG_DEFAULT_PATH as u32, std::ptr::null_mut(), &mut path)
+        SHGetKnownFolderPath(
+            id,
+            KF_FLAG_DEFAULT_PATH as u32,
+            std::ptr::null_mut(),
+            &mut path,
+        )
     };
     let result = if hr < 0 || path.is_null() {
         Err(io::Error::from_raw_os_error(hr))

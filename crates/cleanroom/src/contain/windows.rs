@@ -67,7 +67,9 @@ impl Job {
     /// Spawns `command` suspended, assigns it to the job, then resumes it. On any failure after
     /// the spawn the process is killed before it ran.
     pub fn spawn(&self, command: &mut Command, extra_flags: u32) -> io::Result<Child> {
-        let mut child = command.creation_flags(CREATE_SUSPENDED | extra_flags).spawn()?;
+        let mut child = command
+            .creation_flags(CREATE_SUSPENDED | extra_flags)
+            .spawn()?;
         let started = self.assign(&child).and_then(|()| resume(child.id()));
         if let Err(e) = started {
             let _ = child.kill();
@@ -173,7 +175,8 @@ fn resume(pid: u32) -> io::Result<()> {
     while more {
         if entry.th32OwnerProcessID == pid {
             // SAFETY: no pointers; the handle is owned below.
-            let thread = win::owned(unsafe { OpenThread(THREAD_SUSPEND_RESUME, 0, entry.th32ThreadID) })?;
+            let thread =
+                win::owned(unsafe { OpenThread(THREAD_SUSPEND_RESUME, 0, entry.th32ThreadID) })?;
             // SAFETY: `thread` is open with THREAD_SUSPEND_RESUME.
             if unsafe { ResumeThread(thread.as_raw_handle()) } == u32::MAX {
                 return Err(win::last_error());

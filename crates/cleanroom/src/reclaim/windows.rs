@@ -100,7 +100,9 @@ pub fn gc(ns: &Namespace, options: &GcOptions) -> GcSummary {
     let (here, paths) = match (Host::current(), names(ns)) {
         (Ok(here), Ok(paths)) => (here, paths),
         (Err(e), _) | (_, Err(e)) => {
-            summary.errors.push(format!("cannot scan {}: {e}", ns.path().display()));
+            summary
+                .errors
+                .push(format!("cannot scan {}: {e}", ns.path().display()));
             return summary;
         }
     };
@@ -155,7 +157,10 @@ fn judge(ns: &Namespace, path: &Path, here: &Host) -> (State, Option<MarkerFile>
     let file = match Marker::read(path, ns.sid()) {
         Ok(file) => file,
         Err(problem) if problem.damaged && kind == EntryKind::Pending && old(id) => {
-            return (State::Stale(format!("an abandoned creation ({problem})")), None)
+            return (
+                State::Stale(format!("an abandoned creation ({problem})")),
+                None,
+            )
         }
         Err(problem) => return (State::Unproven(problem.reason), None),
     };

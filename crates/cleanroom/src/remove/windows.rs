@@ -87,7 +87,11 @@ pub fn remove_contents(dir: &Path, keep: Option<&OsStr>, budget: Duration) -> Re
             return Err(format!(
                 "{} ({total} entries could not be removed{})",
                 shown.join("; "),
-                if retry { ", still refused at the end of the retry budget" } else { "" }
+                if retry {
+                    ", still refused at the end of the retry budget"
+                } else {
+                    ""
+                }
             ));
         }
         std::thread::sleep(pause);
@@ -189,9 +193,13 @@ fn verbatim(path: &Path) -> PathBuf {
 }
 
 fn is_transient(e: &io::Error) -> bool {
-    [ERROR_SHARING_VIOLATION, ERROR_ACCESS_DENIED, ERROR_DIR_NOT_EMPTY]
-        .iter()
-        .any(|&code| e.raw_os_error() == Some(code as i32))
+    [
+        ERROR_SHARING_VIOLATION,
+        ERROR_ACCESS_DENIED,
+        ERROR_DIR_NOT_EMPTY,
+    ]
+    .iter()
+    .any(|&code| e.raw_os_error() == Some(code as i32))
 }
 
 fn is_gone(e: &io::Error) -> bool {
