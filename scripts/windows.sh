@@ -50,6 +50,10 @@ step "tests under Wine"
 # copy is private to this run and removed afterwards.
 template=$CARGO_TARGET_DIR/wineprefix-template
 export WINEDEBUG=-all WINEARCH=win64
+# wineserver puts its socket dir (wine-XXXXXX) in TMPDIR: keep it in target/, removed below.
+export TMPDIR=$CARGO_TARGET_DIR/winetmp.$$
+mkdir -p "$TMPDIR"
+trap 'rm -rf "$TMPDIR"' EXIT
 if [ ! -f "$template/.ready" ]; then
   rm -rf "$template"
   WINEPREFIX=$template /usr/lib/wine/wine64 wineboot --init >/dev/null 2>&1 ||
@@ -61,7 +65,7 @@ if [ ! -f "$template/.ready" ]; then
   touch "$template/.ready"
 fi
 export WINEPREFIX=$CARGO_TARGET_DIR/wineprefix.$$
-trap 'WINEPREFIX=$WINEPREFIX /usr/bin/wineserver -k 2>/dev/null || true; rm -rf "$WINEPREFIX"' EXIT
+trap 'WINEPREFIX=$WINEPREFIX /usr/bin/wineserver -k 2>/dev/null || true; rm -rf "$WINEPREFIX" "$TMPDIR"' EXIT
 cp -a "$template" "$WINEPREFIX"
 # Wine 8 has no bcryptprimitives.dll at all: the stand-in in system32 serves every program.
 cp "$dll" "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
