@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, then unit and integration tests (the 10 s stress test included),
-# then the library example built and run as a program outside the workspace.
+# then the Windows build and its Wine tests (scripts/windows.sh), then the library example built
+# and run as a program outside the workspace.
 # Every test uses private state dirs under temp dirs and leaves nothing behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,9 @@ cargo test --workspace --locked
 unset CLEANROOM_TEST_SKIP_LOG
 # The benchmark harness at tiny sizes (debug build, one round): it must keep working.
 scripts/bench --smoke
+
+# Windows: cleanroom.exe built and tested under Wine; macOS type-checked (docs/windows.md).
+scripts/windows.sh
 
 # examples/library: the crate used from another program (its own lockfile and target dir).
 CLEANROOM_STATE_DIR="$example_state/ns" cargo run --quiet --locked \

@@ -18,10 +18,16 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+
+#[cfg(unix)]
+#[path = "env/unix.rs"]
+mod os;
+#[cfg(windows)]
+#[path = "env/windows.rs"]
+mod os;
 
 use crate::root::Layout;
 use crate::{Error, Result};
@@ -306,7 +312,7 @@ impl HostFacts {
     /// Resolves the real homes, toolchain homes and configuration files from `host` (the
     /// runner's environment) and the password database.
     pub fn resolve(host: &BTreeMap<OsString, OsString>, options: &EnvOptions) -> HostFacts {
-        let (homes, home_notes) = real_homes(host.get(OsStr::new("HOME")).map(Path::new));
+        let (homes, home_notes) = real_homes(host.get(OsStr::new(os::HOME_VAR)).map(Path::new));
         let mut facts = HostFacts {
             homes,
             home_notes,
@@ -385,27 +391,26 @@ fn host_sets(host: &BTreeMap<OsString, OsString>, var: &str) -> bool {
 pub fn real_homes(host_home: Option<&Path>) -> (Vec<RealHome>, Vec<String>) {
     let mut homes: Vec<RealHome> = Vec::new();
     let mut notes = Vec::new();
-    let uid = rustix::process::getuid().as_raw();
-    let passwd = passwd_home(uid);
+    let (account, passwd) = os::account_home();
     let candidates = [
         (passwd.as_ref().ok().cloned(), HomeSource::Passwd),
         (host_home.map(Path::to_path_buf), HomeSource::HomeVar),
     ];
     if let Err(e) = &passwd {
         notes.push(format!(
-            "the password database has no home for uid {uid}: {e}"
+            "the account database has no home for {account}: {e}"
         ));
     }
     for (candidate, source) in candidates {
         let Some(path) = candidate else {
             if source == HomeSource::HomeVar {
-                notes.push("HOME is unset".into());
+                notes.push(format!("{} is unset", os::HOME_VAR));
             }
             continue;
         };
         let what = match source {
-            HomeSource::Passwd => format!("the passwd home {} of uid {uid}", path.display()),
-            HomeSource::HomeVar => format!("HOME={}", path.display()),
+            HomeSource::Passwd => format!("the passwd home {} of {account}", path.display()),
+            HomeSource::HomeVar => format!("{}={}", os::HOME_VAR, path.display()),
         };
         if !path.is_absolute() {
             notes.push(format!("{what} is not an absolute path"));
@@ -420,38 +425,6 @@ pub fn real_homes(host_home: Option<&Path>) -> (Vec<RealHome>, Vec<String>) {
         }
     }
     (homes, notes)
-}
-
-/// The home directory of `uid` in the password database (`getpwuid_r`).
-fn passwd_home(uid: u32) -> std::io::Result<PathBuf> {
-    let mut size = 1024usize;
-    loop {
-        let mut buf = vec![0u8; size];
-        // SAFETY: passwd is plain old data; all-zero is a valid value to be filled in.
-        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer is valid for the call: `entry` and `result` are out-parameters
-        // and `buf` is a writable buffer of `size` bytes that the entry's strings point into.
-        let rc = unsafe {
-            libc::getpwuid_r(uid, &mut entry, buf.as_mut_ptr().cast(), size, &mut result)
-        };
-        if rc == libc::ERANGE && size < 1 << 20 {
-            size *= 4;
-            continue;
-        }
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
-        if result.is_null() || entry.pw_dir.is_null() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no entry",
-            ));
-        }
-        // SAFETY: getpwuid_r succeeded, so pw_dir points to a NUL-terminated string in `buf`.
-        let dir = unsafe { std::ffi::CStr::from_ptr(entry.pw_dir) };
-        return Ok(PathBuf::from(OsStr::from_bytes(dir.to_bytes())));
-    }
 }
 
 /// Builds the child's environment from the host's.
@@ -470,7 +443,14 @@ pub fn build(
     for config in &facts.config {
         vars.insert(config.var.clone().into(), config.path.clone().into());
         if config.var == "NETRC" {
-            link_netrc(&layout.home, &config.path);
+            let link = layout.home.join(".netrc");
+            if let Err(e) = os::link_file(&config.path, &link) {
+                tracing::warn!(
+                    "cannot link {} to {}: {e}",
+                    link.display(),
+                    config.path.display()
+                );
+            }
         }
     }
     let pinned: [(&str, &Path); 9] = [
@@ -485,13 +465,16 @@ pub fn build(
         ("XDG_RUNTIME_DIR", &layout.xdg_runtime),
     ];
     for (var, path) in pinned {
-        vars.insert(var.into(), path.into());
+        os::set(&mut vars, var, path.into());
+    }
+    for (var, value) in os::profile_vars(layout) {
+        os::set(&mut vars, var, value);
     }
     for (var, path) in &layout.homes {
-        vars.insert(var.into(), path.into());
+        os::set(&mut vars, var, path.into());
     }
-    vars.insert(ROOT_VAR.into(), root.into());
-    vars.insert(RUN_ID_VAR.into(), run_id.into());
+    os::set(&mut vars, ROOT_VAR, root.into());
+    os::set(&mut vars, RUN_ID_VAR, run_id.into());
     let mut dropped = Vec::new();
     if options.drop_secrets {
         vars.retain(|name, value| {
@@ -508,15 +491,6 @@ pub fn build(
         vars,
         facts,
         dropped,
-    }
-}
-
-/// Makes `<root>/home/.netrc` a symlink to the real one (curl and git read only `$HOME/.netrc`;
-/// protection keeps the target read-only). A failure is logged, never fatal.
-fn link_netrc(run_home: &Path, real: &Path) {
-    let link = run_home.join(".netrc");
-    if let Err(e) = std::os::unix::fs::symlink(real, &link) {
-        tracing::warn!("cannot link {} to {}: {e}", link.display(), real.display());
     }
 }
 

@@ -5,98 +5,18 @@
 //! and the check applies to the very directory we then hold open (the lstat and the fstat of the
 //! opened descriptor must name the same inode). Pytest's CVE-2025-71176 is the cautionary tale.
 
-use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags};
 
+pub use crate::layout::{
+    classify, is_valid_run_id, run_id_unix_secs, EntryKind, LOCKS_DIR, PENDING_PREFIX, ROOT_PREFIX,
+    TRASH_PREFIX,
+};
+
 use crate::error::IoContext;
 use crate::{Error, Result};
-
-/// The kinds of entry a namespace holds, told apart by name alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EntryKind {
-    /// `run-<id>`: a published root.
-    Root,
-    /// `.pending-run-<id>`: a root being created (or whose creator died while creating it).
-    Pending,
-    /// `.trash-run-<id>`: a root renamed for removal whose removal has not finished.
-    Trash,
-    /// `locks`: the directory of exclusive-run locks.
-    Locks,
-    /// Anything else: never ours.
-    Foreign,
-}
-
-/// Prefix of a published root's name.
-pub const ROOT_PREFIX: &str = "run-";
-/// Prefix of a root that is still being created.
-pub const PENDING_PREFIX: &str = ".pending-";
-/// Prefix of a root that has been quarantined for removal.
-pub const TRASH_PREFIX: &str = ".trash-";
-/// Name of the directory of exclusive-run locks.
-pub const LOCKS_DIR: &str = "locks";
-
-/// Classifies a namespace entry by its name, and returns the run id it names (if any).
-pub fn classify(name: &OsStr) -> (EntryKind, Option<&str>) {
-    let Some(name) = name.to_str() else {
-        return (EntryKind::Foreign, None);
-    };
-    if name == LOCKS_DIR {
-        return (EntryKind::Locks, None);
-    }
-    let (kind, rest) = if let Some(rest) = name.strip_prefix(PENDING_PREFIX) {
-        (EntryKind::Pending, rest)
-    } else if let Some(rest) = name.strip_prefix(TRASH_PREFIX) {
-        (EntryKind::Trash, rest)
-    } else {
-        (EntryKind::Root, name)
-    };
-    match rest.strip_prefix(ROOT_PREFIX) {
-        Some(id) if is_valid_run_id(id) => (kind, Some(id)),
-        _ => (EntryKind::Foreign, None),
-    }
-}
-
-/// Run ids are `<YYYYmmddTHHMMSSZ>-<16 hex digits>`.
-pub fn is_valid_run_id(id: &str) -> bool {
-    let bytes = id.as_bytes();
-    bytes.len() == 33
-        && bytes[..8].iter().all(u8::is_ascii_digit)
-        && bytes[8] == b'T'
-        && bytes[9..15].iter().all(u8::is_ascii_digit)
-        && bytes[15] == b'Z'
-        && bytes[16] == b'-'
-        && bytes[17..]
-            .iter()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
-}
-
-/// The creation time a run id carries (`YYYYmmddTHHMMSSZ`), in seconds since the Unix epoch.
-///
-/// The time comes from the id's creator and is used only to leave young entries to it: never as
-/// proof of anything.
-pub fn run_id_unix_secs(id: &str) -> Option<u64> {
-    if !is_valid_run_id(id) {
-        return None;
-    }
-    let num = |range: std::ops::Range<usize>| id[range].parse::<i64>().ok();
-    let (year, month, day) = (num(0..4)?, num(4..6)?, num(6..8)?);
-    let (hour, minute, second) = (num(9..11)?, num(11..13)?, num(13..15)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-        return None;
-    }
-    // Days-from-civil (Howard Hinnant's algorithm), the inverse of the root's stamp.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + hour * 3600 + minute * 60 + second).ok()
-}
 
 /// An opened, verified namespace directory.
 #[derive(Debug)]
@@ -216,54 +136,4 @@ pub(crate) fn check_private_dir(stat: &rustix::fs::Stat, euid: u32) -> Result<()
         ));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn run_ids_carry_their_creation_time() {
-        assert_eq!(
-            run_id_unix_secs("20261129T093000Z-0123456789abcdef"),
-            Some(1_795_944_600)
-        );
-        assert_eq!(
-            run_id_unix_secs("19700101T000000Z-0123456789abcdef"),
-            Some(0)
-        );
-        assert_eq!(run_id_unix_secs("20261329T093000Z-0123456789abcdef"), None);
-        assert_eq!(run_id_unix_secs("not an id"), None);
-    }
-
-    #[test]
-    fn names_are_classified_strictly() {
-        let id = "20261129T093000Z-0123456789abcdef";
-        assert_eq!(
-            classify(OsStr::new(&format!("run-{id}"))),
-            (EntryKind::Root, Some(id))
-        );
-        assert_eq!(
-            classify(OsStr::new(&format!(".pending-run-{id}"))),
-            (EntryKind::Pending, Some(id))
-        );
-        assert_eq!(
-            classify(OsStr::new(&format!(".trash-run-{id}"))),
-            (EntryKind::Trash, Some(id))
-        );
-        assert_eq!(classify(OsStr::new("locks")), (EntryKind::Locks, None));
-        for foreign in [
-            "run-",
-            "run-x",
-            "opencodex-test-1",
-            ".trash-foo",
-            &format!("run-{id}0"),
-        ] {
-            assert_eq!(
-                classify(OsStr::new(foreign)).0,
-                EntryKind::Foreign,
-                "{foreign}"
-            );
-        }
-    }
 }

@@ -28,12 +28,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{FlockOperation, Mode, OFlags, RenameFlags};
+
+pub use crate::layout::{new_run_id, Layout, LAYOUT_DIRS};
 
 use crate::error::IoContext;
 use crate::marker::{Marker, MARKER_FILE, MARKER_FORMAT, MARKER_VERSION};
@@ -54,41 +55,6 @@ pub struct RootOptions {
     /// Variables that get their own directory `homes/<VAR>`.
     pub homes: Vec<String>,
 }
-
-/// The directories every root has, as absolute paths.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Layout {
-    /// `home/`: HOME.
-    pub home: PathBuf,
-    /// `tmp/`: TMPDIR, TMP, TEMP.
-    pub tmp: PathBuf,
-    /// `xdg/config`: XDG_CONFIG_HOME.
-    pub xdg_config: PathBuf,
-    /// `xdg/cache`: XDG_CACHE_HOME.
-    pub xdg_cache: PathBuf,
-    /// `xdg/data`: XDG_DATA_HOME.
-    pub xdg_data: PathBuf,
-    /// `xdg/state`: XDG_STATE_HOME.
-    pub xdg_state: PathBuf,
-    /// `xdg/runtime`: XDG_RUNTIME_DIR (0700 as the spec requires).
-    pub xdg_runtime: PathBuf,
-    /// `homes/<VAR>`: one directory per pinned or re-pointed tool-home variable.
-    pub homes: BTreeMap<String, PathBuf>,
-}
-
-/// The directories of a root, relative to it, in creation order (`homes` only when a
-/// tool-home variable needs a directory in it).
-pub const LAYOUT_DIRS: [&str; 9] = [
-    "home",
-    "tmp",
-    "xdg",
-    "xdg/config",
-    "xdg/cache",
-    "xdg/data",
-    "xdg/state",
-    "xdg/runtime",
-    "homes",
-];
 
 /// A live root owned by this process. Dropping it removes it (best effort, problems logged
 /// through `tracing`); [`Root::close`] does the same and says how it went; [`Root::keep`] leaves
@@ -124,40 +90,6 @@ pub struct Root {
     dir: Option<OwnedFd>,
     layout: Layout,
     marker: Marker,
-}
-
-/// A fresh run id: `<UTC time>-<64 random bits>`, sortable by creation time.
-pub fn new_run_id() -> Result<String> {
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random)
-        .map_err(|e| Error::sys("read random bytes", std::io::Error::other(e.to_string())))?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("{}-{hex}", utc_stamp(now.as_secs())))
-}
-
-/// Formats Unix seconds as `YYYYmmddTHHMMSSZ`.
-fn utc_stamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
 }
 
 /// How many times creation starts over when its pending directory is taken away from it before
@@ -281,24 +213,6 @@ impl Drop for Root {
     }
 }
 
-impl Layout {
-    fn of(path: &Path, homes: &[String]) -> Layout {
-        Layout {
-            home: path.join("home"),
-            tmp: path.join("tmp"),
-            xdg_config: path.join("xdg/config"),
-            xdg_cache: path.join("xdg/cache"),
-            xdg_data: path.join("xdg/data"),
-            xdg_state: path.join("xdg/state"),
-            xdg_runtime: path.join("xdg/runtime"),
-            homes: homes
-                .iter()
-                .map(|v| (v.clone(), path.join("homes").join(v)))
-                .collect(),
-        }
-    }
-}
-
 /// A root being created under its pending name, locked. Until it is published, dropping it
 /// removes exactly what it made, in reverse order, never recursively.
 struct Pending<'ns> {
@@ -409,18 +323,5 @@ impl Drop for Pending<'_> {
                 self.path().display()
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stamps_are_utc_and_sortable() {
-        assert_eq!(utc_stamp(0), "19700101T000000Z");
-        assert_eq!(utc_stamp(1_795_944_600), "20261129T093000Z");
-        let id = new_run_id().unwrap();
-        assert!(crate::namespace::is_valid_run_id(&id), "{id}");
     }
 }
