@@ -187,10 +187,16 @@ fn reads_everything(rules: &[cleanroom::protect::Rule]) -> bool {
 
 /// Runs `f` on a new thread that first confines itself with `sandbox` (Landlock restricts only
 /// the calling thread, so the server keeps its own rights); the thread ends with the call.
+/// Without a sandbox `f` runs on the blocking pool (its threads are never confined).
 pub async fn on_thread<T: Send + 'static>(
     sandbox: Option<Sandbox>,
     f: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
 ) -> Result<T, RpcError> {
+    if sandbox.is_none() {
+        return tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| RpcError::internal(format!("the filesystem task failed: {e}")))?;
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("cleanroom-fs".into())
