@@ -455,7 +455,7 @@ async fn prints_only_the_url_and_reports_an_environment_inside_its_root() {
     );
     assert!(info["tempDir"].as_str().unwrap().starts_with(&ns), "{info}");
     assert_eq!(info["cwd"], "file:///");
-    assert_eq!(info["capabilities"]["networkProxyLaunch"], false);
+    assert_capabilities_are_implemented(&mut client, &info["capabilities"], &server).await;
     assert!(info["shell"]["path"].is_string());
     assert_eq!(
         client.call("environment/status", json!({})).await.unwrap(),
@@ -473,6 +473,65 @@ async fn prints_only_the_url_and_reports_an_environment_inside_its_root() {
         "the closing handshake completes: {reply:?}"
     );
     server.stop(&run_id);
+}
+
+/// `capabilities` names exactly what is implemented: the one it turns on works (a sandboxed
+/// `fs/open` read in blocks), and what each one it turns off gates is refused.
+async fn assert_capabilities_are_implemented(c: &mut Client, caps: &Value, server: &Server) {
+    let on: Vec<&str> = caps
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, v)| v.as_bool().unwrap())
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(on, ["sandboxedFileStreaming"], "{caps}");
+    for off in [
+        "networkProxyLaunch",
+        "environmentConfigRead",
+        "fsWatchMissing",
+        "fileWriteStreaming",
+    ] {
+        assert_eq!(caps[off], false, "{caps}");
+    }
+    let file = server.state.path().join("streamed");
+    std::fs::write(&file, b"0123456789").unwrap();
+    let read_only = json!({"permissions": {"type": "managed", "network": "restricted",
+        "file_system": {"type": "restricted", "entries": [
+            {"access": "read", "path": {"type": "special", "value": {"kind": "root"}}}]}}});
+    let path = format!("file://{}", file.display());
+    let opened = c
+        .call(
+            "fs/open",
+            json!({"handleId": "h", "path": path, "sandbox": read_only}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(opened["handleId"], "h");
+    let block = c
+        .call(
+            "fs/readBlock",
+            json!({"handleId": "h", "offset": 4, "len": 100}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        BASE64.decode(block["chunk"].as_str().unwrap()).unwrap(),
+        b"456789"
+    );
+    assert_eq!(block["eof"], true);
+    c.call("fs/close", json!({"handleId": "h"})).await.unwrap();
+    for method in [
+        "environmentConfig/read",
+        "fs/watchMissing",
+        "fs/writeBlock",
+        "capabilityRoots/discoverV2",
+    ] {
+        assert_eq!(c.error(method, json!({})).await.0, -32601, "{method}");
+    }
+    let request = json!({"method": "GET", "url": "http://127.0.0.1:9/", "requestId": "r",
+        "headers": [{"name": "Authorization", "valueEnvVar": "HOME"}]});
+    assert_eq!(c.error("http/request", request).await.0, -32602);
 }
 
 #[tokio::test]
@@ -1184,7 +1243,11 @@ async fn host_secrets_in_the_server_environment_never_reach_a_child() {
         assert!(!env.contains("hostsecret"), "{id}: {env}");
         assert!(!env.contains("clientsecret"), "{id}: {env}");
         assert!(env.contains("CLIENT_VISIBLE=yes"), "{id}: {env}");
-        assert!(env.contains("SOME_PLAIN=plain-value"), "{id}: {env}");
+        assert_eq!(
+            env.contains("SOME_PLAIN=plain-value"),
+            id == "all",
+            "{id}: {env}"
+        );
         assert!(env.contains("CLEANROOM_EXEC_ID="), "{id}: {env}");
         let home = format!("HOME={}/run-", server.ns().display());
         assert!(env.contains(&home), "{id}: {env}");
@@ -1198,6 +1261,67 @@ async fn host_secrets_in_the_server_environment_never_reach_a_child() {
     let env = output_of(&c.until_closed("none").await);
     assert!(!env.contains("SOME_PLAIN"), "{env}");
     assert!(env.contains("ONLY=1"), "{env}");
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Without `envPolicy` the child gets the client's `env` over cleanroom's pinned base (HOME,
+/// temp and XDG dirs inside the root, `CLEANROOM_*`) and nothing else of the server's
+/// environment, as Codex's exec-server gives exactly `env`.
+#[tokio::test]
+async fn without_an_env_policy_a_child_gets_the_client_env_over_the_pinned_base_only() {
+    let server = Server::start_with_env(
+        &[],
+        &[
+            ("SERVER_ONLY_SECRET", "x"),
+            ("SERVER_ONLY_MARKER", "server-only-value"),
+        ],
+    );
+    let mut c = server.client().await;
+    c.start(
+        "bare",
+        &["/usr/bin/env"],
+        json!({"env": {"CLIENT_VISIBLE": "yes", "PATH": "/usr/bin:/bin"}}),
+    )
+    .await;
+    let env = output_of(&c.until_closed("bare").await);
+    let names: Vec<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(!env.contains("SERVER_ONLY"), "{env}");
+    assert!(env.contains("CLIENT_VISIBLE=yes"), "{env}");
+    assert!(env.contains("PATH=/usr/bin:/bin\n"), "{env}");
+    let ns = server.ns().display().to_string();
+    for var in [
+        "HOME",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "XDG_CONFIG_HOME",
+        "XDG_RUNTIME_DIR",
+    ] {
+        let pinned = format!("{var}={ns}/run-");
+        assert!(env.lines().any(|l| l.starts_with(&pinned)), "{var}: {env}");
+    }
+    let pinned = |name: &&str| {
+        name.starts_with("CLEANROOM_")
+            || name.starts_with("XDG_")
+            || ["HOME", "TMPDIR", "TMP", "TEMP", "CLIENT_VISIBLE", "PATH"].contains(name)
+    };
+    let others: Vec<&&str> = names.iter().filter(|n| !pinned(n)).collect();
+    assert!(
+        others.is_empty(),
+        "not the client's, not pinned: {others:?}\n{env}"
+    );
+    for var in [
+        "CLEANROOM_RUN_ID",
+        "CLEANROOM_EXEC_ID",
+        "CLEANROOM_SESSION_ID",
+    ] {
+        assert!(names.contains(&var), "{var}: {env}");
+    }
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
@@ -1744,7 +1868,7 @@ async fn every_oversized_frame_reaches_the_client_as_1009_not_a_reset() {
 }
 
 #[tokio::test]
-async fn a_missing_program_is_a_spawn_not_found_internal_error() {
+async fn a_missing_program_or_cwd_is_a_spawn_not_found_internal_error() {
     let server = Server::start(&[]);
     let mut c = server.client().await;
     c.next_id += 1;
@@ -1764,6 +1888,25 @@ async fn a_missing_program_is_a_spawn_not_found_internal_error() {
         .as_str()
         .unwrap()
         .contains("/nonexistent/program"));
+    // A cwd that does not exist is the same spawn failure (the reference's answer), not a
+    // validation error; it names the cwd.
+    c.next_id += 1;
+    let id = json!(c.next_id);
+    let request = json!({"id": id, "method": "process/start", "params": {
+        "processId": "y", "argv": ["true"], "cwd": "file:///nonexistent/cwd", "env": {}}});
+    c.send_text(request.to_string()).await;
+    let response = c.response(&id).await;
+    let error = &response["error"];
+    assert_eq!(error["code"], -32603, "{response}");
+    assert_eq!(
+        error["data"],
+        json!({"kind": "spawnNotFound"}),
+        "{response}"
+    );
+    assert!(error["message"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/cwd"));
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }

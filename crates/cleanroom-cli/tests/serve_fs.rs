@@ -416,6 +416,19 @@ async fn fs_calls_are_confined_by_their_sandbox_in_the_kernel() {
     assert!(code == -32600 || code == -32004, "{code} {message}");
     let plain = ok(&mut c, "fs/readFile", json!({"path": key, "sandbox": null})).await;
     assert_eq!(plain["dataBase64"], b64("s3cret"));
+    // A path under no entry gets nothing, reads included; under `root: read` it is readable.
+    let elsewhere = outside.join("plain.txt");
+    std::fs::write(&elsewhere, "p").unwrap();
+    let workspace_only = managed(
+        &ws,
+        vec![special("project_roots", None, "write")],
+        "restricted",
+    );
+    let read = |sandbox: &Value| json!({"path": uri(&elsewhere), "sandbox": sandbox});
+    let (code, message) = err(&mut c, "fs/readFile", read(&workspace_only)).await;
+    assert_eq!(code, -32600, "{message}");
+    let readable = ok(&mut c, "fs/readFile", read(&workspace_write(&ws))).await;
+    assert_eq!(readable["dataBase64"], b64("p"));
     server.stop();
 }
 

@@ -25,6 +25,7 @@ use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
 use serde_json::{json, Value};
 
+use crate::envpolicy::BaseEnv;
 use crate::policy;
 use crate::process::Reaper;
 use crate::uri::file_uri;
@@ -56,7 +57,7 @@ pub struct Environment {
     /// Taken at shutdown; spawns after that are refused.
     container: Mutex<Option<Container>>,
     mechanism: Mechanism,
-    base: BTreeMap<String, String>,
+    base: BaseEnv,
     protection: Protection,
     /// The protection's rules, for the per-call policies built on top of them.
     policy_base: policy::Base,
@@ -117,10 +118,11 @@ impl Environment {
                 .into_iter()
                 .map(|(k, v)| (k.into(), v.into())),
         );
-        let base: BTreeMap<String, String> = vars
+        let all: BTreeMap<String, String> = vars
             .into_iter()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
+        let base = pinned_base(all, root.layout());
         let shell = host
             .get(std::ffi::OsStr::new("SHELL"))
             .map(PathBuf::from)
@@ -144,7 +146,7 @@ impl Environment {
     }
 
     /// The base environment of every process.
-    pub fn base(&self) -> &BTreeMap<String, String> {
+    pub fn base(&self) -> &BaseEnv {
         &self.base
     }
 
@@ -184,7 +186,7 @@ impl Environment {
             "temporaryDirectories": [file_uri(&layout.tmp)],
             "platformOs": std::env::consts::OS,
             "executorVersion": env!("CARGO_PKG_VERSION"),
-            "capabilities": {"networkProxyLaunch": false},
+            "capabilities": capabilities(),
             "cleanroom": {
                 "runId": self.run_id,
                 "containment": self.mechanism,
@@ -221,6 +223,40 @@ impl Environment {
     }
 }
 
+/// The capabilities Codex's exec-server 0.171 advertises, each `true` only when this server
+/// implements what it gates: `sandboxedFileStreaming` is `fs/open` / `fs/readBlock` /
+/// `fs/close` under the call's `sandbox`. Not implemented: `capabilityRoots/discover*`,
+/// credential masking, `environmentConfig/read`, `fs/writeBlock` (`fileWriteStreaming`),
+/// `fs/watchMissing`, `headers[].valueEnvVar`, network proxies, shell snapshots, and the
+/// root-write sandbox variants and Windows' MXC.
+const CAPABILITIES: &[(&str, bool)] = &[
+    ("capabilityDiscoverySandbox", false),
+    ("capabilityDiscoveryV2", false),
+    ("credentialMasking", false),
+    ("credentialMaskingCustomProviders", false),
+    ("environmentConfigRead", false),
+    ("fileWriteStreaming", false),
+    ("fsWatchMissing", false),
+    ("httpHeaderEnvVars", false),
+    ("linuxApprovedRootWritePreservesRestrictions", false),
+    ("linuxRootWritePreservesDevices", false),
+    ("networkProxyLaunch", false),
+    ("networkProxyReviewDomains", false),
+    ("networkProxyTransparentTcp", false),
+    ("sandboxedFileStreaming", true),
+    ("shellSnapshotV2", false),
+    ("windowsMxc", false),
+];
+
+/// `environmentInfo.capabilities`.
+fn capabilities() -> Value {
+    let map = CAPABILITIES
+        .iter()
+        .map(|(name, on)| ((*name).to_string(), Value::Bool(*on)))
+        .collect();
+    Value::Object(map)
+}
+
 /// Has the engine ask the kernel now which namespaces per-call policies can use. It probes in a
 /// forked child once per process and caches the answer; later, the server's orphan reaper could
 /// take that child's exit status first and the probe would fail for the server's lifetime.
@@ -237,6 +273,21 @@ fn probe_namespaces(root: &std::path::Path) {
     if let Err(e) = Sandbox::compile(&policy) {
         tracing::info!("managed sandbox policies will be limited: {e}");
     }
+}
+
+/// `all` with its pinned part picked out: the variables [`cleanroom::env::pinned`] names and
+/// every `CLEANROOM_*` one.
+fn pinned_base(all: BTreeMap<String, String>, layout: &Layout) -> BaseEnv {
+    let names: Vec<&str> = cleanroom::env::pinned(layout)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let pinned = all
+        .iter()
+        .filter(|(k, _)| k.starts_with("CLEANROOM_") || names.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    BaseEnv { all, pinned }
 }
 
 /// The rules `protection` enforces (canonical paths; none when it is off or not enforced).

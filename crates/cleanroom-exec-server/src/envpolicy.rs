@@ -3,7 +3,9 @@
 //! Owns: applying a client's `envPolicy` and `env` on top of the server's cleanroom environment.
 //!
 //! Invariants: the base is always the cleanroom environment of the server (HOME and temp dirs
-//! inside the root, host secrets already dropped), never the server's raw environment; the final
+//! inside the root, host secrets already dropped), never the server's raw environment; without
+//! an `envPolicy` it is only the pinned part of it ([`BaseEnv::pinned`]: as the reference, the
+//! child gets the client's `env` and nothing else of the server's environment); the final
 //! filter (credential-looking names, invalid names, NUL values) runs last, after the client's
 //! overlay; the containment marks `CLEANROOM_EXEC_ID` and `CLEANROOM_RUN_ID` are always present.
 
@@ -29,12 +31,24 @@ const CREDENTIAL_NAMES: &[&str] = &[
 /// Variable carrying a process's exec id; membership of escaped descendants is found by it.
 pub const EXEC_ID_VAR: &str = "CLEANROOM_EXEC_ID";
 
+/// What a process's environment starts from.
+#[derive(Clone, Debug, Default)]
+pub struct BaseEnv {
+    /// The server's cleanroom environment (`inherit: all`).
+    pub all: BTreeMap<String, String>,
+    /// Its pinned part, what a process gets without an `envPolicy`: HOME, the temp and XDG
+    /// dirs, the tool homes inside the root and the `CLEANROOM_*` variables.
+    pub pinned: BTreeMap<String, String>,
+}
+
 /// Which base variables a process inherits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Inherit {
     All,
     Core,
     None,
+    /// No `envPolicy`: the pinned base only.
+    Pinned,
 }
 
 /// A parsed `envPolicy`.
@@ -48,10 +62,10 @@ pub struct EnvPolicy {
 }
 
 impl Default for EnvPolicy {
-    /// Absent `envPolicy`: inherit the whole cleanroom base, default excludes applied.
+    /// Absent `envPolicy`: the pinned base, then the client's `env`.
     fn default() -> EnvPolicy {
         EnvPolicy {
-            inherit: Inherit::All,
+            inherit: Inherit::Pinned,
             ignore_default_excludes: false,
             exclude: Vec::new(),
             set: Vec::new(),
@@ -99,14 +113,16 @@ impl EnvPolicy {
     /// the containment marks.
     pub fn apply(
         &self,
-        base: &BTreeMap<String, String>,
+        base: &BaseEnv,
         overlay: &[(String, String)],
         allow_secret_env: bool,
         marks: &[(&str, &str)],
     ) -> BTreeMap<String, String> {
         let mut vars: BTreeMap<String, String> = match self.inherit {
-            Inherit::All => base.clone(),
+            Inherit::All => base.all.clone(),
+            Inherit::Pinned => base.pinned.clone(),
             Inherit::Core => base
+                .all
                 .iter()
                 .filter(|(k, _)| CORE_NAMES.iter().any(|c| c.eq_ignore_ascii_case(k)))
                 .map(|(k, v)| (k.clone(), v.clone()))
@@ -192,16 +208,22 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn base() -> BTreeMap<String, String> {
-        [
-            ("PATH", "/usr/bin"),
-            ("HOME", "/root/run/home"),
-            ("MY_KEY", "k"),
-            ("EDITOR", "vi"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    fn base() -> BaseEnv {
+        let vars = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        BaseEnv {
+            all: vars(&[
+                ("PATH", "/usr/bin"),
+                ("HOME", "/root/run/home"),
+                ("MY_KEY", "k"),
+                ("EDITOR", "vi"),
+            ]),
+            pinned: vars(&[("HOME", "/root/run/home")]),
+        }
     }
 
     fn keys(m: &BTreeMap<String, String>) -> Vec<&str> {
@@ -246,12 +268,25 @@ mod tests {
 
     #[test]
     fn default_excludes_and_include_only() {
-        let all = EnvPolicy::default().apply(&base(), &[], false, &[]);
-        assert_eq!(keys(&all), ["EDITOR", "HOME", "PATH"]);
+        let all = EnvPolicy::parse(Some(&json!({}))).unwrap();
+        assert_eq!(
+            keys(&all.apply(&base(), &[], false, &[])),
+            ["EDITOR", "HOME", "PATH"]
+        );
         let only = EnvPolicy::parse(Some(&json!({"includeOnly": ["p*"]}))).unwrap();
         assert_eq!(keys(&only.apply(&base(), &[], false, &[])), ["PATH"]);
         let none = EnvPolicy::parse(Some(&json!({"inherit": "none"}))).unwrap();
         assert!(none.apply(&base(), &[], false, &[]).is_empty());
         assert!(EnvPolicy::parse(Some(&json!({"inherit": 3}))).is_err());
+    }
+
+    #[test]
+    fn without_a_policy_the_client_env_lands_on_the_pinned_base_only() {
+        let overlay = vec![("CLIENT".to_string(), "1".to_string())];
+        let env =
+            EnvPolicy::parse(None)
+                .unwrap()
+                .apply(&base(), &overlay, false, &[(EXEC_ID_VAR, "u")]);
+        assert_eq!(keys(&env), ["CLEANROOM_EXEC_ID", "CLIENT", "HOME"]);
     }
 }

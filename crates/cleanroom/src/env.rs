@@ -427,6 +427,30 @@ pub fn real_homes(host_home: Option<&Path>) -> (Vec<RealHome>, Vec<String>) {
     (homes, notes)
 }
 
+/// The variables pinned inside the root, whatever the host says: HOME, the temp and XDG dirs,
+/// and every tool home of `layout` (`homes/<VAR>`). With [`ROOT_VAR`] and [`RUN_ID_VAR`] they
+/// are the part of a child's environment that is cleanroom's own rather than the host's.
+pub fn pinned(layout: &Layout) -> Vec<(&str, &Path)> {
+    let mut vars: Vec<(&str, &Path)> = vec![
+        ("HOME", &layout.home),
+        ("TMPDIR", &layout.tmp),
+        ("TMP", &layout.tmp),
+        ("TEMP", &layout.tmp),
+        ("XDG_CONFIG_HOME", &layout.xdg_config),
+        ("XDG_CACHE_HOME", &layout.xdg_cache),
+        ("XDG_DATA_HOME", &layout.xdg_data),
+        ("XDG_STATE_HOME", &layout.xdg_state),
+        ("XDG_RUNTIME_DIR", &layout.xdg_runtime),
+    ];
+    vars.extend(
+        layout
+            .homes
+            .iter()
+            .map(|(var, path)| (var.as_str(), path.as_path())),
+    );
+    vars
+}
+
 /// Builds the child's environment from the host's.
 pub fn build(
     host: &BTreeMap<OsString, OsString>,
@@ -453,25 +477,11 @@ pub fn build(
             }
         }
     }
-    let pinned: [(&str, &Path); 9] = [
-        ("HOME", &layout.home),
-        ("TMPDIR", &layout.tmp),
-        ("TMP", &layout.tmp),
-        ("TEMP", &layout.tmp),
-        ("XDG_CONFIG_HOME", &layout.xdg_config),
-        ("XDG_CACHE_HOME", &layout.xdg_cache),
-        ("XDG_DATA_HOME", &layout.xdg_data),
-        ("XDG_STATE_HOME", &layout.xdg_state),
-        ("XDG_RUNTIME_DIR", &layout.xdg_runtime),
-    ];
-    for (var, path) in pinned {
+    for (var, path) in pinned(layout) {
         os::set(&mut vars, var, path.into());
     }
     for (var, value) in os::profile_vars(layout) {
         os::set(&mut vars, var, value);
-    }
-    for (var, path) in &layout.homes {
-        os::set(&mut vars, var, path.into());
     }
     os::set(&mut vars, ROOT_VAR, root.into());
     os::set(&mut vars, RUN_ID_VAR, run_id.into());

@@ -1,6 +1,8 @@
 //! Round trip and streaming figures of both exec-servers, measured by one protocol client
 //! (`wire.rs`) in one run, interleaved round by round so that the machine's drift favours
 //! neither; with no `sandbox` argument and with the one Codex sends for `workspace-write`.
+//! Besides processes, the round trip of `fs/getMetadata` (what the client sends most: a turn
+//! begins with one per ancestor of the workspace), which shows a server's per-call confinement.
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,6 +23,7 @@ const STREAM_BYTES: usize = 64 << 20;
 #[derive(Default)]
 struct Figures {
     round_trips: Vec<Duration>,
+    fs_trips: Vec<Duration>,
     /// MiB/s of each stream.
     streams: Vec<f64>,
     refused: Option<String>,
@@ -109,6 +112,14 @@ async fn measure_one(
             }
         }
     }
+    let metadata = json!({"path": cwd, "sandbox": sandbox});
+    for _ in 0..ROUND_TRIPS {
+        let started = std::time::Instant::now();
+        wire.call("fs/getMetadata", metadata.clone())
+            .await
+            .expect("fs/getMetadata of the workspace");
+        figures.fs_trips.push(started.elapsed());
+    }
     let bytes = STREAM_BYTES.to_string();
     let argv = ["/usr/bin/head", "-c", bytes.as_str(), "/dev/zero"];
     let run = wire
@@ -125,12 +136,14 @@ async fn measure_one(
         .push(STREAM_BYTES as f64 / (1 << 20) as f64 / run.elapsed.as_secs_f64());
 }
 
-fn sorted(figures: &Figures) -> (Vec<Duration>, Vec<f64>) {
+fn sorted(figures: &Figures) -> (Vec<Duration>, Vec<Duration>, Vec<f64>) {
     let mut trips = figures.round_trips.clone();
     trips.sort();
+    let mut fs_trips = figures.fs_trips.clone();
+    fs_trips.sort();
     let mut streams = figures.streams.clone();
     streams.sort_by(f64::total_cmp);
-    (trips, streams)
+    (trips, fs_trips, streams)
 }
 
 /// Median round trip and median throughput of `ours` over `theirs`.
@@ -138,11 +151,13 @@ fn ratios(ours: &Figures, theirs: &Figures) -> String {
     if ours.refused.is_some() || theirs.refused.is_some() {
         return "no ratio: one server refused".into();
     }
-    let ((our_trips, our_streams), (their_trips, their_streams)) = (sorted(ours), sorted(theirs));
+    let ((our_trips, our_fs, our_streams), (their_trips, their_fs, their_streams)) =
+        (sorted(ours), sorted(theirs));
     let median_trip = |t: &[Duration]| t[t.len() / 2].as_secs_f64();
     format!(
-        "round trip {:.2}× | stream {:.2}×",
+        "round trip {:.2}× | fs/getMetadata {:.2}× | stream {:.2}×",
         median_trip(&our_trips) / median_trip(&their_trips),
+        median_trip(&our_fs) / median_trip(&their_fs),
         our_streams[our_streams.len() / 2] / their_streams[their_streams.len() / 2]
     )
 }
@@ -151,13 +166,14 @@ fn summary(figures: &Figures) -> String {
     if let Some(refused) = &figures.refused {
         return format!("refused: {}", shorten(refused, 120));
     }
-    let (trips, streams) = sorted(figures);
+    let (trips, fs_trips, streams) = sorted(figures);
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     format!(
-        "round trip median {:.2} ms, p90 {:.2} ms | \
+        "round trip median {:.2} ms, p90 {:.2} ms | fs/getMetadata median {:.2} ms | \
          stream median {:.0} MiB/s (min {:.0}, max {:.0})",
         ms(trips[trips.len() / 2]),
         ms(trips[trips.len() * 9 / 10]),
+        ms(fs_trips[fs_trips.len() / 2]),
         streams[streams.len() / 2],
         streams[0],
         streams[streams.len() - 1],

@@ -4,10 +4,13 @@
 //! relayed, frame for frame and close code for close code, to the exec-server's URL. On the way
 //! it records each request the client sends (method, params) with the server's answer (result or
 //! error code and message), and counts notifications by method: what the test reports as "which
-//! method the real client used, and what each server said".
+//! method the real client used, and what each server said". Each request is stamped with when
+//! it was sent and how long its answer took, and each notification with when it passed, so a
+//! dump shows where a run's time goes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures_util::{Sink, SinkExt, StreamExt};
 use serde_json::Value;
@@ -33,10 +36,24 @@ pub struct Exchange {
     pub method: String,
     pub params: Value,
     pub answer: Answer,
+    /// When the client sent it, since the proxy started.
+    pub at: Duration,
+    /// How long the server took to answer it.
+    pub took: Option<Duration>,
 }
 
-#[derive(Default)]
+/// A notification as it passed: when (since the proxy started), who sent it, its method and
+/// the process it names.
+#[derive(Clone, Debug)]
+pub struct Passed {
+    pub at: Duration,
+    pub from: String,
+    pub method: String,
+    pub process_id: Option<String>,
+}
+
 struct Log {
+    start: Instant,
     exchanges: Vec<Exchange>,
     /// (connection, request id) → index in `exchanges`, until answered.
     pending: HashMap<(usize, String), usize>,
@@ -44,6 +61,21 @@ struct Log {
     notifications: BTreeMap<String, usize>,
     /// Close frames seen, "who code reason".
     closes: Vec<String>,
+    /// Every notification, in order.
+    passed: Vec<Passed>,
+}
+
+impl Log {
+    fn new() -> Log {
+        Log {
+            start: Instant::now(),
+            exchanges: Vec::new(),
+            pending: HashMap::new(),
+            notifications: BTreeMap::new(),
+            closes: Vec::new(),
+            passed: Vec::new(),
+        }
+    }
 }
 
 /// The running proxy.
@@ -65,7 +97,7 @@ impl Proxy {
     pub async fn start(upstream: String) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let log = Arc::new(Mutex::new(Log::default()));
+        let log = Arc::new(Mutex::new(Log::new()));
         let shared = log.clone();
         let accept = tokio::spawn(async move {
             let mut connection = 0;
@@ -91,6 +123,11 @@ impl Proxy {
     /// Notifications seen so far, counted by method.
     pub fn notifications(&self) -> BTreeMap<String, usize> {
         self.log.lock().unwrap().notifications.clone()
+    }
+
+    /// Notifications seen so far, in order, with when they passed.
+    pub fn passed(&self) -> Vec<Passed> {
+        self.log.lock().unwrap().passed.clone()
     }
 
     /// Close frames seen so far.
@@ -181,6 +218,7 @@ fn record(log: &Mutex<Log>, connection: usize, from: &str, message: &Message) {
         return;
     };
     let mut log = log.lock().unwrap();
+    let at = log.start.elapsed();
     let id = value.get("id").map(|id| (connection, id.to_string()));
     match (value["method"].as_str(), id) {
         (Some(method), Some(id)) if from == "client" => {
@@ -189,19 +227,29 @@ fn record(log: &Mutex<Log>, connection: usize, from: &str, message: &Message) {
                 method: method.to_string(),
                 params: value["params"].clone(),
                 answer: Answer::None,
+                at,
+                took: None,
             });
             log.pending.insert(id, index);
         }
         (Some(method), None) => {
             *log.notifications
                 .entry(format!("{from}: {method}"))
-                .or_default() += 1
+                .or_default() += 1;
+            log.passed.push(Passed {
+                at,
+                from: from.to_string(),
+                method: method.to_string(),
+                process_id: value["params"]["processId"].as_str().map(String::from),
+            });
         }
         (None, Some(id)) => {
             let Some(index) = log.pending.remove(&id) else {
                 return;
             };
-            log.exchanges[index].answer = match value.get("error") {
+            let exchange = &mut log.exchanges[index];
+            exchange.took = Some(at - exchange.at);
+            exchange.answer = match value.get("error") {
                 Some(error) => Answer::Error {
                     code: error["code"].as_i64().unwrap_or(0),
                     message: error["message"].as_str().unwrap_or("").to_string(),

@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::exec_server::Target;
-use super::proxy::{Answer, Exchange};
+use super::proxy::{Answer, Exchange, Passed};
 
 /// One checked step of the scenario.
 pub struct Step {
@@ -47,7 +48,7 @@ impl std::fmt::Display for Report {
         }
         writeln!(
             f,
-            "-- exec-server methods the client called (answer: count)"
+            "-- exec-server methods the client called (answer: count | answered in: median, max)"
         )?;
         for (method, answers) in method_table(&self.exchanges) {
             writeln!(f, "  {method}: {answers}")?;
@@ -61,9 +62,11 @@ impl std::fmt::Display for Report {
     }
 }
 
-/// Per method, in first-use order: "ok ×N" and each distinct error "CODE message ×N".
+/// Per method, in first-use order: "ok ×N" and each distinct error "CODE message ×N", then how
+/// long the server took to answer (median and max).
 fn method_table(exchanges: &[Exchange]) -> Vec<(String, String)> {
     let mut table: Vec<(String, Vec<(String, usize)>)> = Vec::new();
+    let mut took: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
     for exchange in exchanges {
         let answer = match &exchange.answer {
             Answer::Result(_) => "ok".to_string(),
@@ -81,12 +84,23 @@ fn method_table(exchanges: &[Exchange]) -> Vec<(String, String)> {
             Some((_, n)) => *n += 1,
             None => row.push((answer, 1)),
         }
+        if let Some(t) = exchange.took {
+            took.entry(&exchange.method).or_default().push(t);
+        }
     }
     table
         .into_iter()
         .map(|(method, answers)| {
             let answers: Vec<String> = answers.iter().map(|(a, n)| format!("{a} ×{n}")).collect();
-            (method, answers.join("; "))
+            let mut times = took.remove(method.as_str()).unwrap_or_default();
+            times.sort();
+            let timing = match (times.get(times.len() / 2), times.last()) {
+                (Some(median), Some(max)) => {
+                    format!(" | {:.1} ms, {:.1} ms", ms(*median), ms(*max))
+                }
+                _ => String::new(),
+            };
+            (method, format!("{}{timing}", answers.join("; ")))
         })
         .collect()
 }
@@ -100,9 +114,10 @@ pub fn shorten(text: &str, limit: usize) -> String {
     }
 }
 
-/// Writes `exchanges` as JSON lines to `dir/<server>.jsonl`.
-pub fn dump(dir: &Path, target: Target, exchanges: &[Exchange]) {
-    let lines: String = exchanges
+/// Writes `exchanges` and the notifications that `passed` as JSON lines to
+/// `dir/<server>.jsonl`, in time order (`atMs` since the proxy started; a request's `tookMs`).
+pub fn dump(dir: &Path, target: Target, exchanges: &[Exchange], passed: &[Passed]) {
+    let mut lines: Vec<(Duration, Value)> = exchanges
         .iter()
         .map(|exchange| {
             let answer = match &exchange.answer {
@@ -112,11 +127,22 @@ pub fn dump(dir: &Path, target: Target, exchanges: &[Exchange]) {
                 }
                 Answer::None => json!(null),
             };
-            let line =
-                json!({"method": exchange.method, "params": exchange.params, "answer": answer});
-            format!("{line}\n")
+            let line = json!({"atMs": ms(exchange.at), "tookMs": exchange.took.map(ms),
+                "method": exchange.method, "params": exchange.params, "answer": answer});
+            (exchange.at, line)
         })
         .collect();
+    lines.extend(passed.iter().map(|p| {
+        let line = json!({"atMs": ms(p.at), "notification": p.method, "from": p.from,
+            "processId": p.process_id});
+        (p.at, line)
+    }));
+    lines.sort_by_key(|(at, _)| *at);
+    let lines: String = lines.iter().map(|(_, line)| format!("{line}\n")).collect();
     let path = dir.join(format!("{}.jsonl", target.name().replace(' ', "-")));
     std::fs::write(&path, lines).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }

@@ -135,7 +135,7 @@ pub async fn run_scenario(target: Target, work: &Path) -> Report {
     }
     let exchanges = proxy.exchanges();
     if let Some(dir) = std::env::var_os("CLEANROOM_INTEROP_DUMP") {
-        dump(Path::new(&dir), target, &exchanges);
+        dump(Path::new(&dir), target, &exchanges, &proxy.passed());
     }
     Report {
         target,

@@ -47,15 +47,15 @@ pub async fn call(
         "fs/close" => return Ok(handles.close(p.string("handleId")?)),
         _ => {}
     }
-    let sandbox = policy::for_fs_call(&p, base, Target::Thread)?;
     let op = Op::parse(method, &p)?;
+    let sandbox = policy::for_fs_call(&p, base, Target::Thread, !op.mutates())?;
     let covered = sandbox
         .as_ref()
         .is_some_and(|s| !s.status().no_new_entries_in.is_empty());
     if covered && op.mutates() {
         // The thread's Landlock cover would refuse new entries the policy allows: plan on the
         // thread, run the plan in a child that gets the policy's mounts.
-        let forked = policy::for_fs_call(&p, base, Target::Child)?
+        let forked = policy::for_fs_call(&p, base, Target::Child, false)?
             .ok_or_else(|| RpcError::internal("the child policy restricts nothing"))?;
         let steps = policy::on_thread(sandbox, move || op.plan()).await?;
         let reaper = reaper.clone();

@@ -107,7 +107,10 @@ impl Confinement {
         base: &Base,
     ) -> Result<Arc<Confinement>, RpcError> {
         let managed = match parse(sandbox, cwd, tmpdir)? {
-            Some(managed) => Some(compile(&managed, base, Target::Process)?),
+            Some(managed) => {
+                let rules = intersect(&managed.rules, &base.rules);
+                Some(compile(rules, managed.network, Target::Process)?)
+            }
             None => None,
         };
         Ok(Arc::new(Confinement {
@@ -140,11 +143,15 @@ pub type ChildHook = Box<dyn Fn() -> io::Result<()> + Send + Sync + 'static>;
 
 /// The sandbox an `fs/*` call runs under on `target` ([`Target::Thread`] or [`Target::Child`]):
 /// its `sandbox` argument intersected with the environment's rules, or the environment's rules
-/// alone; `None` when nothing is restricted.
+/// alone; `None` when nothing restricts the call: nothing is restricted, or the call only
+/// `reads` and the policy lets it read every path (no `none` rule, `/` readable: Landlock
+/// restricts no read then and no mount hides anything, so confining it would change nothing;
+/// Codex's reads carry `sandbox: null`, and `--protect` only narrows writes).
 pub fn for_fs_call(
     params: &Params<'_>,
     base: &Base,
     target: Target,
+    reads: bool,
 ) -> Result<Option<Sandbox>, RpcError> {
     let sandbox = params.get("sandbox");
     let context = sandbox.and_then(|s| s.get("policyContext"));
@@ -156,25 +163,40 @@ pub fn for_fs_call(
         Some(uri) => parse_file_uri(uri, "sandbox.cwd").map_err(RpcError::invalid_params)?,
         None => PathBuf::from("/"),
     };
-    match parse(sandbox, &cwd, &base.tmpdir)? {
-        Some(managed) => compile(&managed, base, target).map(Some),
-        None if base.rules.is_empty() => Ok(None),
-        None => {
-            let unrestricted = Managed {
-                rules: vec![rule("/", Access::Write, "unrestricted")],
-                network: Network::Host,
-            };
-            compile(&unrestricted, base, target).map(Some)
-        }
+    let managed = match parse(sandbox, &cwd, &base.tmpdir)? {
+        Some(managed) => managed,
+        None if base.rules.is_empty() => return Ok(None),
+        None => Managed {
+            rules: vec![rule("/", Access::Write, "unrestricted")],
+            network: Network::Host,
+        },
+    };
+    let rules = intersect(&managed.rules, &base.rules);
+    if reads && reads_everything(&rules) {
+        return Ok(None);
     }
+    compile(rules, Network::Host, target).map(Some)
+}
+
+/// Whether `rules` let every path be read: `/` is readable and no rule is `none`.
+fn reads_everything(rules: &[cleanroom::protect::Rule]) -> bool {
+    let mut policy = Policy::new();
+    policy.rules = rules.to_vec();
+    policy.access(Path::new("/")) >= Access::Read && rules.iter().all(|r| r.access >= Access::Read)
 }
 
 /// Runs `f` on a new thread that first confines itself with `sandbox` (Landlock restricts only
 /// the calling thread, so the server keeps its own rights); the thread ends with the call.
+/// Without a sandbox `f` runs on the blocking pool (its threads are never confined).
 pub async fn on_thread<T: Send + 'static>(
     sandbox: Option<Sandbox>,
     f: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
 ) -> Result<T, RpcError> {
+    if sandbox.is_none() {
+        return tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| RpcError::internal(format!("the filesystem task failed: {e}")))?;
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("cleanroom-fs".into())
@@ -454,10 +476,16 @@ fn rule(path: &str, access: Access, reason: &str) -> Resolved {
 }
 
 /// Compiles `managed` intersected with the environment's rules for `target`.
-fn compile(managed: &Managed, base: &Base, target: Target) -> Result<Sandbox, RpcError> {
+/// Compiles `rules` (already intersected with the environment's) for `target`; `network`
+/// applies to a process only (a thread or a forked fs child keeps the host's).
+fn compile(
+    rules: Vec<cleanroom::protect::Rule>,
+    network: Network,
+    target: Target,
+) -> Result<Sandbox, RpcError> {
     let mut policy = Policy::new();
     policy.network = match target {
-        Target::Process => managed.network,
+        Target::Process => network,
         Target::Thread | Target::Child => Network::Host,
     };
     policy.narrowing = match target {
@@ -465,7 +493,7 @@ fn compile(managed: &Managed, base: &Base, target: Target) -> Result<Sandbox, Rp
         Target::Thread if rustix::process::geteuid().is_root() => Narrowing::MountElseCover,
         Target::Thread => Narrowing::Cover,
     };
-    policy.rules = intersect(&managed.rules, &base.rules);
+    policy.rules = rules;
     Sandbox::compile(&policy).map_err(|e| {
         let what = match e.to_string().contains("network") {
             true => "network restrictions",

@@ -7,11 +7,9 @@
 //! Invariant: validation is complete before anything is spawned; a request that fails here has no
 //! side effect and emits no notification.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
-use crate::envpolicy::{self, EnvPolicy, EXEC_ID_VAR};
+use crate::envpolicy::{self, BaseEnv, EnvPolicy, EXEC_ID_VAR};
 use crate::policy::{self, Confinement};
 use crate::process::Spec;
 use crate::protocol::{self, Params, RpcError};
@@ -20,7 +18,7 @@ use crate::uri::parse_file_uri;
 /// What validation needs from the environment.
 pub struct EnvContext<'a> {
     /// The cleanroom base environment of the server.
-    pub base: &'a BTreeMap<String, String>,
+    pub base: &'a BaseEnv,
     /// `--allow-secret-env`.
     pub allow_secret_env: bool,
     /// The server's run id (every child carries it, so gc finds orphans of a killed server).
@@ -60,12 +58,9 @@ pub fn validate(params: &Value, ctx: &EnvContext<'_>) -> Result<Spec, RpcError> 
         .opt_string("cwd")
         .map_err(|_| RpcError::invalid_params("process cwd must be a string (a file: URI)"))?
         .ok_or_else(|| RpcError::invalid_params("process cwd is required (a file: URI)"))?;
+    // A cwd that does not exist is the spawn's to report (-32603 `spawnNotFound`, as the
+    // reference), not a validation error.
     let cwd = parse_file_uri(cwd_uri, "process cwd").map_err(RpcError::invalid_params)?;
-    if !cwd.is_dir() {
-        return Err(RpcError::invalid_params(format!(
-            "process cwd {cwd_uri:?} is not an existing directory"
-        )));
-    }
     let arg0 = match p.get("arg0") {
         None => None,
         Some(Value::String(s)) if !s.contains('\0') => Some(s.clone()),
@@ -138,7 +133,10 @@ mod tests {
     use serde_json::json;
 
     fn check(params: Value) -> Result<Spec, RpcError> {
-        let base = BTreeMap::from([("PATH".to_string(), "/usr/bin".to_string())]);
+        let base = BaseEnv {
+            all: [("PATH".to_string(), "/usr/bin".to_string())].into(),
+            pinned: Default::default(),
+        };
         validate(
             &params,
             &EnvContext {
@@ -158,7 +156,7 @@ mod tests {
 
     #[test]
     fn a_good_start_gets_marks_in_its_environment() {
-        let spec = check(json!({"processId":"p","argv":["true"],"cwd":"file:///","env":{},"tty":false,"arg0":null})).unwrap();
+        let spec = check(json!({"processId":"p","argv":["true"],"cwd":"file:///","env":{},"tty":false,"arg0":null,"envPolicy":{"inherit":"all"}})).unwrap();
         let names: Vec<&str> = spec.env.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, ["CLEANROOM_EXEC_ID", "CLEANROOM_RUN_ID", "PATH"]);
         assert_eq!(spec.exec_id.len(), 36);
@@ -176,7 +174,6 @@ mod tests {
         assert!(message(with("argv", json!("true"))).contains("argv"));
         assert!(message(with("processId", json!(5))).contains("processId"));
         assert!(message(with("cwd", json!("/tmp"))).contains("process cwd"));
-        assert!(message(with("cwd", json!("file:///nonexistent-dir-x"))).contains("process cwd"));
         assert!(message(with("tty", json!(1))).contains("tty"));
         assert!(message(with("arg0", json!(3))).contains("arg0"));
         assert!(message(with("networkProxy", json!({}))).contains("cannot be enforced"));
