@@ -15,7 +15,7 @@
 //! - [`report`]: the versioned JSON report of a run;
 //! - [`secrets`]: which environment variables look like credentials.
 #![deny(missing_docs)]
-#![cfg(any(target_os = "linux", windows))]
+#![cfg(any(target_os = "linux", target_os = "macos", windows))]
 
 // Platform-neutral parts.
 pub mod duration;
@@ -23,6 +23,8 @@ pub mod env;
 mod error;
 mod layout;
 pub mod secrets;
+#[cfg(target_os = "macos")]
+mod darwin;
 #[cfg(windows)]
 mod win;
 
@@ -33,17 +35,20 @@ pub mod contain;
 #[cfg(windows)]
 #[path = "contain/windows.rs"]
 pub mod contain;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod marker;
 #[cfg(windows)]
 #[path = "marker_windows.rs"]
 pub mod marker;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod namespace;
 #[cfg(windows)]
 #[path = "namespace_windows.rs"]
 pub mod namespace;
 #[cfg(target_os = "linux")]
+pub mod process;
+#[cfg(target_os = "macos")]
+#[path = "process_macos.rs"]
 pub mod process;
 #[cfg(windows)]
 #[path = "process_windows.rs"]
@@ -53,12 +58,12 @@ pub mod reclaim;
 #[cfg(windows)]
 #[path = "reclaim/windows.rs"]
 pub mod reclaim;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod remove;
 #[cfg(windows)]
 #[path = "remove/windows.rs"]
 pub mod remove;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod root;
 #[cfg(windows)]
 #[path = "root_windows.rs"]
@@ -72,7 +77,7 @@ pub mod run;
 // Linux only: Landlock, cgroups, flock-based exclusive runs, and what is built on them.
 #[cfg(target_os = "linux")]
 pub mod doctor;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod lock;
 #[cfg(target_os = "linux")]
 pub mod protect;
