@@ -18,13 +18,13 @@
 #![cfg(any(target_os = "linux", target_os = "macos", windows))]
 
 // Platform-neutral parts.
+#[cfg(target_os = "macos")]
+mod darwin;
 pub mod duration;
 pub mod env;
 mod error;
 mod layout;
 pub mod secrets;
-#[cfg(target_os = "macos")]
-mod darwin;
 #[cfg(windows)]
 mod win;
 

@@ -128,15 +128,8 @@ fn bsd_info(pid: i32) -> io::Result<libc::proc_bsdinfo> {
     // SAFETY: proc_bsdinfo is plain old data; the kernel fills at most `size` bytes of it.
     let mut info: libc::proc_bsdinfo = unsafe { mem::zeroed() };
     let size = mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
-    let written = unsafe {
-        libc::proc_pidinfo(
-            pid,
-            libc::PROC_PIDTBSDINFO,
-            0,
-            (&raw mut info).cast(),
-            size,
-        )
-    };
+    let written =
+        unsafe { libc::proc_pidinfo(pid, libc::PROC_PIDTBSDINFO, 0, (&raw mut info).cast(), size) };
     match written {
         n if n == size => Ok(info),
         0 => Err(io::Error::last_os_error()),
