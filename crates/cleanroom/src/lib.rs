@@ -29,8 +29,12 @@ pub mod secrets;
 mod win;
 
 // Each platform-bound part is one module with the same public path on every platform; the
-// file behind it is picked here, once (Windows: docs/windows.md).
+// file behind it is picked here, once (Windows: docs/windows.md; macOS, type-checked only:
+// docs/macos.md).
 #[cfg(target_os = "linux")]
+pub mod contain;
+#[cfg(target_os = "macos")]
+#[path = "contain/macos.rs"]
 pub mod contain;
 #[cfg(windows)]
 #[path = "contain/windows.rs"]
