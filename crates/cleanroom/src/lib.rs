@@ -17,7 +17,7 @@
 #![deny(missing_docs)]
 #![cfg(any(target_os = "linux", target_os = "macos", windows))]
 
-// Platform-neutral parts.
+// Platform-neutral parts, and the small helpers shared by one platform's files (darwin, win).
 #[cfg(target_os = "macos")]
 mod darwin;
 pub mod duration;
@@ -78,11 +78,14 @@ pub mod run;
 #[path = "run/windows.rs"]
 pub mod run;
 
-// Linux only: Landlock, cgroups, flock-based exclusive runs, and what is built on them.
-#[cfg(target_os = "linux")]
-pub mod doctor;
+// flock-based exclusive runs: POSIX, so Linux and macOS.
 #[cfg(unix)]
 pub mod lock;
+
+// Linux only: Landlock, cgroups, and what is built on them. macOS has no protection, run,
+// reclaim or report yet (docs/macos.md).
+#[cfg(target_os = "linux")]
+pub mod doctor;
 #[cfg(target_os = "linux")]
 pub mod protect;
 #[cfg(target_os = "linux")]
