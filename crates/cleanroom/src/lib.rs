@@ -15,9 +15,11 @@
 //! - [`report`]: the versioned JSON report of a run;
 //! - [`secrets`]: which environment variables look like credentials.
 #![deny(missing_docs)]
-#![cfg(any(target_os = "linux", windows))]
+#![cfg(any(target_os = "linux", target_os = "macos", windows))]
 
-// Platform-neutral parts.
+// Platform-neutral parts, and the small helpers shared by one platform's files (darwin, win).
+#[cfg(target_os = "macos")]
+mod darwin;
 pub mod duration;
 pub mod env;
 mod error;
@@ -27,23 +29,30 @@ pub mod secrets;
 mod win;
 
 // Each platform-bound part is one module with the same public path on every platform; the
-// file behind it is picked here, once (Windows: docs/windows.md).
+// file behind it is picked here, once (Windows: docs/windows.md; macOS, type-checked only:
+// docs/macos.md).
 #[cfg(target_os = "linux")]
+pub mod contain;
+#[cfg(target_os = "macos")]
+#[path = "contain/macos.rs"]
 pub mod contain;
 #[cfg(windows)]
 #[path = "contain/windows.rs"]
 pub mod contain;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod marker;
 #[cfg(windows)]
 #[path = "marker_windows.rs"]
 pub mod marker;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod namespace;
 #[cfg(windows)]
 #[path = "namespace_windows.rs"]
 pub mod namespace;
 #[cfg(target_os = "linux")]
+pub mod process;
+#[cfg(target_os = "macos")]
+#[path = "process_macos.rs"]
 pub mod process;
 #[cfg(windows)]
 #[path = "process_windows.rs"]
@@ -53,12 +62,12 @@ pub mod reclaim;
 #[cfg(windows)]
 #[path = "reclaim/windows.rs"]
 pub mod reclaim;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod remove;
 #[cfg(windows)]
 #[path = "remove/windows.rs"]
 pub mod remove;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod root;
 #[cfg(windows)]
 #[path = "root_windows.rs"]
@@ -69,11 +78,14 @@ pub mod run;
 #[path = "run/windows.rs"]
 pub mod run;
 
-// Linux only: Landlock, cgroups, flock-based exclusive runs, and what is built on them.
+// flock-based exclusive runs: POSIX, so Linux and macOS.
+#[cfg(unix)]
+pub mod lock;
+
+// Linux only: Landlock, cgroups, and what is built on them. macOS has no protection, run,
+// reclaim or report yet (docs/macos.md).
 #[cfg(target_os = "linux")]
 pub mod doctor;
-#[cfg(target_os = "linux")]
-pub mod lock;
 #[cfg(target_os = "linux")]
 pub mod protect;
 #[cfg(target_os = "linux")]

@@ -27,14 +27,16 @@ pub struct Namespace {
 }
 
 impl Namespace {
-    /// The default namespace of the effective user: `/tmp/cleanroom-<euid>`.
+    /// The default namespace of the effective user: `/tmp/cleanroom-<euid>` (on macOS, under
+    /// the per-user temp dir of `confstr(_CS_DARWIN_USER_TEMP_DIR)`, else `/tmp`).
     ///
     /// Keyed on the effective uid, never on HOME or TMPDIR, which test suites redirect.
     pub fn default_path() -> PathBuf {
-        PathBuf::from(format!(
-            "/tmp/cleanroom-{}",
-            rustix::process::geteuid().as_raw()
-        ))
+        #[cfg(target_os = "macos")]
+        let parent = crate::darwin::user_temp_dir().unwrap_or_else(|| PathBuf::from("/tmp"));
+        #[cfg(not(target_os = "macos"))]
+        let parent = PathBuf::from("/tmp");
+        parent.join(format!("cleanroom-{}", rustix::process::geteuid().as_raw()))
     }
 
     /// Opens `path`, creating it (mode 0700, parent must exist) when it does not exist yet.

@@ -8,12 +8,16 @@
 //! closed is reopened through `..` of its child and must have the inode it had before.
 
 use std::ffi::{CStr, CString, OsStr};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+#[cfg(target_os = "linux")]
+use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, StatxFlags};
+#[cfg(target_os = "linux")]
+use rustix::fs::StatxFlags;
+use rustix::fs::{AtFlags, Dev, FileType, Mode, OFlags, RawMode, RenameFlags};
 use rustix::io::Errno;
 
 use super::WalkStats;
@@ -26,11 +30,12 @@ const FD_BUDGET: usize = 128;
 /// Device, inode and mount id of a directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Identity {
-    dev: u64,
+    dev: Dev,
     ino: u64,
 }
 
-fn identity_of_fd(fd: BorrowedFd<'_>) -> Result<(Identity, Option<u64>, u32), Errno> {
+#[cfg(target_os = "linux")]
+fn identity_of_fd(fd: BorrowedFd<'_>) -> Result<(Identity, Option<u64>, RawMode), Errno> {
     let stx = rustix::fs::statx(
         fd,
         c"",
@@ -50,11 +55,24 @@ fn identity_of_fd(fd: BorrowedFd<'_>) -> Result<(Identity, Option<u64>, u32), Er
             ino: stx.stx_ino,
         },
         mnt,
-        u32::from(stx.stx_mode),
+        RawMode::from(stx.stx_mode),
     ))
 }
 
+/// macOS has neither statx nor mount ids, nor bind mounts: every mount has its own device, so
+/// the device stands in for the mount id.
+#[cfg(target_os = "macos")]
+fn identity_of_fd(fd: BorrowedFd<'_>) -> Result<(Identity, Option<u64>, RawMode), Errno> {
+    let st = rustix::fs::fstat(fd)?;
+    let identity = Identity {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    };
+    Ok((identity, Some(st.st_dev as u64), st.st_mode))
+}
+
 /// The `mnt_id:` line of `/proc/self/fdinfo/<fd>`.
+#[cfg(target_os = "linux")]
 fn fdinfo_mnt_id(fd: BorrowedFd<'_>) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
     text.lines()
@@ -391,6 +409,7 @@ fn open_dir_for_removal(parent: BorrowedFd<'_>, name: &CStr) -> Result<Option<Ow
                 Err(e) => Err(e),
             }
         }
+        #[cfg(target_os = "linux")]
         Err(Errno::ACCESS) => {
             // A directory without search or read permission (e.g. chmod 000): give ourselves
             // access through an O_PATH descriptor, which pins the very inode that was listed.
@@ -417,6 +436,20 @@ fn open_dir_for_removal(parent: BorrowedFd<'_>, name: &CStr) -> Result<Option<Ow
                 proc_path.as_str(),
                 Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700),
             )?;
+            rustix::fs::openat(parent, name, flags, Mode::empty()).map(Some)
+        }
+        #[cfg(target_os = "macos")]
+        Err(Errno::ACCESS) => {
+            // No O_PATH: the listed name is chmodded without following a symlink, only while it
+            // is a directory on the parent's device (another mount is reported as EXDEV, never
+            // chmodded); the caller then checks what it opened, as for every directory.
+            let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            let (parent_id, _, _) = identity_of_fd(parent)?;
+            if st.st_dev != parent_id.dev {
+                return Err(Errno::XDEV);
+            }
+            let mode = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700);
+            rustix::fs::chmodat(parent, name, mode, AtFlags::SYMLINK_NOFOLLOW)?;
             rustix::fs::openat(parent, name, flags, Mode::empty()).map(Some)
         }
         Err(e) => Err(e),
@@ -456,8 +489,13 @@ fn reopen_parent(child: &Frame, expected: Identity) -> Result<OwnedFd, String> {
 /// close for every directory, a quarter of the syscalls of a gc of small roots).
 fn read_entries(fd: BorrowedFd<'_>) -> Result<Vec<(CString, Option<FileType>)>, Errno> {
     let mut out = Vec::new();
+    #[cfg(target_os = "linux")]
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16 * 1024];
+    #[cfg(target_os = "linux")]
     let mut dir = rustix::fs::RawDir::new(fd, &mut buf);
+    // macOS has no getdents: the libc readdir of a duplicate.
+    #[cfg(target_os = "macos")]
+    let mut dir = rustix::fs::Dir::read_from(fd)?;
     while let Some(entry) = dir.next() {
         let entry = entry?;
         let name = entry.file_name();
