@@ -22,6 +22,7 @@ done
 export RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc
 export CARGO_TARGET_DIR=$repo/target/cross
+mkdir -p "$CARGO_TARGET_DIR"   # the build log lives there, before cargo creates it
 cargo=(/usr/bin/cargo)
 win=(--target x86_64-pc-windows-gnu -Zbuild-std=std,panic_abort --locked)
 manifest=(--manifest-path crates/cleanroom-windows/Cargo.toml)
