@@ -9,6 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -231,10 +232,11 @@ fn wait_dead(pids: &[i32], limit: Duration) {
     }
 }
 
-/// No living process carries the server's run id in its environment or `marker` in its argv.
+/// No living process carries the server's run id in its environment or `marker` in its argv
+/// (polled for a generous bound: the server's KILL loop alone may take 10 s).
 fn assert_no_survivors(run_id: &str, marker: &str) {
     let needle = format!("CLEANROOM_RUN_ID={run_id}");
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut found = Vec::new();
         for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -2079,4 +2081,67 @@ async fn a_daemon_whose_main_thread_exited_dies_with_its_session() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.stop(&run_id);
+}
+
+/// Starts a fork-and-exit chain (TERM ignored, each process forks and exits at once; see
+/// [`common::CHAIN_C`]) with `marker` in its arguments, drops the socket while it forks, and
+/// checks that nothing of it outlives the session.
+///
+/// Proof of death: every generation inherits the write end of a FIFO the test reads, so the
+/// read end sees end-of-file only once no process of the chain is left (a `/proc` scan alone
+/// can miss a chain that moves while it is read).
+async fn a_chain_dies_with_the_session(server_args: &[&str]) {
+    let server = Server::start(server_args);
+    let dir = server.state.path();
+    let bin = common::compile_c(dir, "chain", common::CHAIN_C);
+    let fifo = dir.join("alive");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let mut holders = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let mut c = server.client().await;
+    // Bounded twice over, as PID 1 here never reaps: 20,000 generations at most, and for an
+    // unprivileged server a process limit (root ignores RLIMIT_NPROC).
+    let script = r#"exec 3>"$CRT_DIR/alive"; exec prlimit --nproc=200 -- "$0" 20000 "$1""#;
+    let argv = ["sh", "-c", script, bin.to_str().unwrap(), &server.marker];
+    let env = json!({"env": {"CRT_DIR": dir.to_str().unwrap()}});
+    c.start("chain", &argv, env).await;
+    let deadline = Instant::now() + TIMEOUT;
+    while !dir.join("chain.pid").exists() {
+        assert!(Instant::now() < deadline, "the chain never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let run_id = c.run_id.clone();
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match holders.read(&mut [0u8; 64]) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("read {}: {e}", fifo.display()),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the chain outlived its session: {:?}",
+            common::processes_with(&server.marker)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_no_survivors(&run_id, &server.marker);
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn a_fork_and_exit_chain_dies_with_the_dropped_socket() {
+    a_chain_dies_with_the_session(&["--session-ttl", "0"]).await;
+}
+
+#[tokio::test]
+async fn a_fork_and_exit_chain_dies_when_its_session_ttl_expires() {
+    a_chain_dies_with_the_session(&["--session-ttl", "1s"]).await;
 }

@@ -7,19 +7,29 @@
 //!
 //! Invariants: `waitpid(-1)` is never called; a pid in the tokio set is never reaped here; a pid
 //! enters the set under the same lock as its spawn and the orphan scan, so a child that exits
-//! before it is registered cannot be stolen from tokio.
+//! before it is registered cannot be stolen from tokio. A termination ends only on proof that
+//! its set is empty ([`Settling`]): an empty listing alone proves nothing while a fork-and-exit
+//! chain runs.
 
 use std::collections::HashSet;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use cleanroom::contain::Children;
 use cleanroom::process::{self, ProcessId, ProcessInfo};
 
-/// The pids tokio owns, and the lock that orders spawns against orphan scans.
+/// How many consecutive empty listings, with no orphan reaped from the first of them to the
+/// reap after the last, prove a set empty.
+const QUIET_LISTINGS: u32 = 3;
+
+/// The pids tokio owns, the lock that orders spawns against orphan scans, and how many orphans
+/// were reaped so far (by any caller).
 #[derive(Clone, Debug, Default)]
 pub struct Reaper {
     owned: Arc<Mutex<HashSet<i32>>>,
+    reaped: Arc<AtomicU64>,
 }
 
 impl Reaper {
@@ -36,21 +46,26 @@ impl Reaper {
     /// Reaps every exited child of the server that tokio does not own (blocking: procfs scan).
     pub fn reap_orphans(&self) {
         let owned = self.lock();
-        cleanroom::contain::reap_orphans(&|pid| owned.contains(&pid));
+        let reaped = cleanroom::contain::reap_orphans(&|pid| owned.contains(&pid));
+        self.reaped.fetch_add(reaped as u64, Ordering::SeqCst);
+    }
+
+    /// How many orphans were reaped so far.
+    fn reaped(&self) -> u64 {
+        self.reaped.load(Ordering::SeqCst)
     }
 
     /// TERM to every member, `grace` for them to go, then KILL until none is left (blocking:
     /// call from `spawn_blocking`). Returns what needed SIGKILL and died (survivors of the KILL
     /// loop's bound are named on stderr by the loop itself).
     pub fn terminate(&self, members: &dyn Members, grace: Duration) -> Vec<ProcessInfo> {
-        cleanroom::contain::terminate_set(
-            &mut cleanroom::contain::Listed {
-                members: &mut || members.current(),
-                reap: &mut || self.reap_orphans(),
-            },
-            grace,
-        )
-        .killed
+        let mut scope = Settling {
+            members,
+            reaper: self,
+            quiet: 0,
+            since: 0,
+        };
+        cleanroom::contain::terminate_set(&mut scope, grace).killed
     }
 
     fn lock(&self) -> MutexGuard<'_, HashSet<i32>> {
@@ -67,6 +82,47 @@ impl SpawnGuard<'_> {
     /// Marks `pid` as tokio's.
     pub fn own(&mut self, pid: i32) {
         self.owned.insert(pid);
+    }
+}
+
+/// A member listing as the kill loops see it, with the proof of emptiness this server can give.
+///
+/// A process of a fork-and-exit chain is missed by a listing only while its parent finishes
+/// exiting during the walk; that parent then leaves a zombie the server (a subreaper) reaps. So
+/// the set is proven empty by [`QUIET_LISTINGS`] consecutive empty listings with no orphan
+/// reaped from the first of them to the reap after the last (the background reaper's reaps
+/// count too). The one zombie tokio reaps, a started process's main one, is covered by asking
+/// for several listings. Another session's orphans only delay the proof.
+struct Settling<'a> {
+    members: &'a dyn Members,
+    reaper: &'a Reaper,
+    /// Consecutive empty listings with no orphan reaped since the first of them.
+    quiet: u32,
+    /// The reaped count before the first of those listings.
+    since: u64,
+}
+
+impl cleanroom::contain::Scope for Settling<'_> {
+    fn members(&mut self) -> Vec<ProcessInfo> {
+        let before = self.reaper.reaped();
+        let current = self.members.current();
+        if !current.is_empty() {
+            self.quiet = 0;
+        } else if self.quiet == 0 || before != self.since {
+            (self.quiet, self.since) = (1, before);
+        } else {
+            self.quiet += 1;
+        }
+        current
+    }
+
+    fn reap(&mut self) -> Children {
+        self.reaper.reap_orphans();
+        if self.quiet >= QUIET_LISTINGS && self.reaper.reaped() == self.since {
+            Children::Unknown
+        } else {
+            Children::Some
+        }
     }
 }
 

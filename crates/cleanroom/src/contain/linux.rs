@@ -94,17 +94,25 @@ pub(super) unsafe fn kill_group_raw(leader: libc::c_int, group: i32) {
 }
 
 /// Reaps exited children of this process that `keep` does not claim (for processes that share
-/// their children with a runtime such as tokio, which must reap its own).
-pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) {
+/// their children with a runtime such as tokio, which must reap its own). Returns how many it
+/// reaped.
+pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) -> usize {
     let me = std::process::id() as i32;
+    let mut reaped = 0;
     for child in process::children(me) {
         if keep(child) || process::is_alive(child) {
             continue;
         }
-        if let Some(pid) = rustix::process::Pid::from_raw(child) {
-            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
+        let Some(pid) = rustix::process::Pid::from_raw(child) else {
+            continue;
+        };
+        if let Ok(Some(_)) =
+            rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG)
+        {
+            reaped += 1;
         }
     }
+    reaped
 }
 
 /// Where the cgroup2 filesystem is mounted (from `/proc/self/mountinfo`; never hard-coded).

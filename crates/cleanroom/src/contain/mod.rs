@@ -480,7 +480,9 @@ pub fn kill_orphans(run_id: &str, uid: u32, cgroup: Option<&str>) -> Vec<Process
         found.extend(kill_cgroup_path(Path::new(path), run_id));
     }
     let mut members = || process::with_env_entry(crate::env::RUN_ID_VAR, run_id, uid);
-    let mut reap = || reap_orphans(&|_| false);
+    let mut reap = || {
+        reap_orphans(&|_| false);
+    };
     let ended = kill_until_empty(
         &mut Listed {
             members: &mut members,
