@@ -23,6 +23,11 @@ export RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc
 export CARGO_TARGET_DIR=$repo/target/cross
 mkdir -p "$CARGO_TARGET_DIR"   # the build log lives there, before cargo creates it
+# A private TMPDIR for everything below, removed on exit: a cold build left empty ccXXXXXX files
+# of the C toolchain in /tmp, and wineserver puts its socket dir (wine-XXXXXX) there.
+export TMPDIR=$CARGO_TARGET_DIR/tmp.$$
+mkdir -p "$TMPDIR"
+trap 'rm -rf "$TMPDIR"' EXIT
 cargo=(/usr/bin/cargo)
 win=(--target x86_64-pc-windows-gnu -Zbuild-std=std,panic_abort --locked)
 manifest=(--manifest-path crates/cleanroom-windows/Cargo.toml)
@@ -51,10 +56,6 @@ step "tests under Wine"
 # copy is private to this run and removed afterwards.
 template=$CARGO_TARGET_DIR/wineprefix-template
 export WINEDEBUG=-all WINEARCH=win64
-# wineserver puts its socket dir (wine-XXXXXX) in TMPDIR: keep it in target/, removed below.
-export TMPDIR=$CARGO_TARGET_DIR/winetmp.$$
-mkdir -p "$TMPDIR"
-trap 'rm -rf "$TMPDIR"' EXIT
 if [ ! -f "$template/.ready" ]; then
   rm -rf "$template"
   WINEPREFIX=$template /usr/lib/wine/wine64 wineboot --init >/dev/null 2>&1 ||
