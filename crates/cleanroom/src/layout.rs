@@ -11,6 +11,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::{Error, Result};
 
+/// The marker's name and format: one definition, so every platform writes and reads the same
+/// markers (see `marker` for what a marker holds).
+/// File name of the marker inside a root.
+pub const MARKER_FILE: &str = "cleanroom-root.json";
+/// Value of the `format` field.
+pub const MARKER_FORMAT: &str = "cleanroom-root-marker";
+/// The marker version this build writes and the only one it reads.
+pub const MARKER_VERSION: u32 = 1;
+/// Markers larger than this are refused unread.
+pub const MAX_MARKER_BYTES: u64 = 64 * 1024;
+
 /// The kinds of entry a namespace holds, told apart by name alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryKind {

@@ -32,14 +32,7 @@ use windows_sys::Win32::Storage::FileSystem::{
 use crate::process::{Host, ProcessId};
 use crate::win;
 
-/// File name of the marker inside a root.
-pub const MARKER_FILE: &str = "cleanroom-root.json";
-/// Value of the `format` field.
-pub const MARKER_FORMAT: &str = "cleanroom-root-marker";
-/// The marker version this build writes and the only one it reads.
-pub const MARKER_VERSION: u32 = 1;
-/// Markers larger than this are refused unread.
-pub const MAX_MARKER_BYTES: u64 = 64 * 1024;
+pub use crate::layout::{MARKER_FILE, MARKER_FORMAT, MARKER_VERSION, MAX_MARKER_BYTES};
 
 /// The content of a root's ownership marker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
