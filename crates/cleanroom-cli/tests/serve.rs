@@ -1873,29 +1873,40 @@ async fn every_oversized_frame_reaches_the_client_as_1009_not_a_reset() {
 async fn a_missing_program_or_cwd_is_a_spawn_not_found_internal_error() {
     let server = Server::start(&[]);
     let mut c = server.client().await;
-    c.next_id += 1;
-    let id = json!(c.next_id);
-    let request = json!({"id": id, "method": "process/start", "params": {
-        "processId": "x", "argv": ["/nonexistent/program"], "cwd": "file:///", "env": {}}});
-    c.send_text(request.to_string()).await;
-    let response = c.response(&id).await;
-    let error = &response["error"];
-    assert_eq!(error["code"], -32603, "{response}");
-    assert_eq!(
-        error["data"],
-        json!({"kind": "spawnNotFound"}),
-        "{response}"
-    );
-    assert!(error["message"]
-        .as_str()
-        .unwrap()
-        .contains("/nonexistent/program"));
+    assert_spawn_not_found(
+        &mut c,
+        "x",
+        "/nonexistent/program",
+        "file:///",
+        "/nonexistent/program",
+    )
+    .await;
     // A cwd that does not exist is the same spawn failure (the reference's answer), not a
     // validation error; it names the cwd.
+    assert_spawn_not_found(
+        &mut c,
+        "y",
+        "true",
+        "file:///nonexistent/cwd",
+        "/nonexistent/cwd",
+    )
+    .await;
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Starts `program` in `cwd` and asserts the answer is -32603 `spawnNotFound` naming `named`.
+async fn assert_spawn_not_found(
+    c: &mut Client,
+    process_id: &str,
+    program: &str,
+    cwd: &str,
+    named: &str,
+) {
     c.next_id += 1;
     let id = json!(c.next_id);
     let request = json!({"id": id, "method": "process/start", "params": {
-        "processId": "y", "argv": ["true"], "cwd": "file:///nonexistent/cwd", "env": {}}});
+        "processId": process_id, "argv": [program], "cwd": cwd, "env": {}}});
     c.send_text(request.to_string()).await;
     let response = c.response(&id).await;
     let error = &response["error"];
@@ -1905,12 +1916,7 @@ async fn a_missing_program_or_cwd_is_a_spawn_not_found_internal_error() {
         json!({"kind": "spawnNotFound"}),
         "{response}"
     );
-    assert!(error["message"]
-        .as_str()
-        .unwrap()
-        .contains("/nonexistent/cwd"));
-    let run_id = c.run_id.clone();
-    server.stop(&run_id);
+    assert!(error["message"].as_str().unwrap().contains(named));
 }
 
 #[tokio::test]
