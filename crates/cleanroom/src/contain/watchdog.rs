@@ -39,6 +39,9 @@ const DONE: u8 = b'D';
 #[derive(Debug)]
 pub struct Watchdog {
     pid: i32,
+    /// A pidfd on the watchdog: readable once it has exited, so the end of a run waits for it
+    /// without polling.
+    pidfd: OwnedFd,
     /// The runner's end of the socket pair.
     pipe: OwnedFd,
     /// Why the watchdog stopped guarding the run, once seen (it was stopped or killed).
@@ -128,6 +131,7 @@ impl Watchdog {
             }
             pid => Ok(Watchdog {
                 pid,
+                pidfd: open_child_pidfd(pid)?,
                 pipe: write,
                 lost: std::cell::Cell::new(None),
             }),
@@ -192,12 +196,9 @@ impl Watchdog {
         let pid = rustix::process::Pid::from_raw(self.pid);
         if self.check().is_none() {
             self.send(&[DONE]);
-            let deadline = Instant::now() + Duration::from_secs(1);
-            while Instant::now() < deadline {
-                match rustix::process::waitpid(pid, rustix::process::WaitOptions::NOHANG) {
-                    Ok(None) => std::thread::sleep(Duration::from_millis(1)),
-                    _ => return None,
-                }
+            if self.exits_within(Duration::from_secs(1)) {
+                let _ = rustix::process::waitpid(pid, rustix::process::WaitOptions::empty());
+                return None;
             }
             tracing::warn!("the watchdog (pid {}) did not exit: killed", self.pid);
         }
@@ -206,6 +207,36 @@ impl Watchdog {
         let _ = rustix::process::waitpid(pid, rustix::process::WaitOptions::empty());
         self.lost.get()
     }
+
+    /// Waits up to `limit` for the watchdog to exit (its pidfd becomes readable).
+    fn exits_within(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let timeout = rustix::event::Timespec::try_from(left).ok();
+            let mut fds = [rustix::event::PollFd::new(
+                &self.pidfd,
+                rustix::event::PollFlags::IN,
+            )];
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(ready) => return ready > 0,
+                Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// A pidfd on our own unreaped child `pid` (its number cannot be reused before we reap it).
+/// If none can be opened, the child is killed and reaped, so no watchdog is left unguarded.
+fn open_child_pidfd(pid: i32) -> Result<OwnedFd> {
+    let child = rustix::process::Pid::from_raw(pid).expect("fork returns a positive pid");
+    rustix::process::pidfd_open(child, rustix::process::PidfdFlags::empty()).map_err(|e| {
+        // SAFETY: `pid` is our unreaped child, so the signal and the wait reach only it.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
+        Error::sys("open a pidfd on the watchdog", e)
+    })
 }
 
 /// The watchdog's life: keep only what it needs, wait for the runner's word, kill if none came.
