@@ -4,7 +4,8 @@
 //! 2. take exclusive locks (signals still default: an interrupted wait leaves nothing behind);
 //! 3. block the runner's signals; contain (subreaper, cgroup); create and publish the root with
 //!    its liveness lock; build the environment and the protection policy;
-//! 4. spawn the command (born in the cgroup; own process group, terminal, protection in `pre_exec`);
+//! 4. fork the watchdog; spawn the command (born in the cgroup; own process group, terminal,
+//!    protection in `pre_exec`);
 //! 5. wait for its exit, the deadline, or a signal to the runner (forward, grace, KILL; a second
 //!    signal kills at once);
 //! 6. whatever is still alive afterwards is a leak: named, TERMed, given a short grace, KILLed;
@@ -198,7 +199,6 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     };
     let signals = RunnerSignals::block()?;
     let mut container = Container::new(&run_id, config.contain)?;
-    container.arm_watchdog(&run_id);
     tracing::info!(
         "containment: {}{}",
         container.mechanism(),
@@ -263,6 +263,11 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     }
     protection.configure(&mut command);
 
+    // The watchdog is forked last, just before the command (no process of the run exists
+    // before it, so nothing can outlive a runner that dies earlier; a dead runner's root and
+    // empty cgroup are gc's): the runner's setup then writes its pages before the fork, not
+    // through copy-on-write faults after it.
+    container.arm_watchdog(&run_id);
     let mut outcome = Outcome::default();
     match container.spawn(&mut command) {
         Ok(main) => {
