@@ -2300,9 +2300,17 @@ async fn retention_keeps_the_newest_mebibyte_of_a_processs_output() {
         .unwrap();
     let chunks = read_chunks(&read);
     let seqs: Vec<u64> = chunks.iter().map(|c| c.0).collect();
-    assert_eq!(seqs, retained_seqs(&outputs), "the newest chunks within 1 MiB");
+    assert_eq!(
+        seqs,
+        retained_seqs(&outputs),
+        "the newest chunks within 1 MiB"
+    );
     let kept: Vec<u8> = chunks.into_iter().flat_map(|c| c.1).collect();
-    assert!(kept.len() > (1 << 20) - (64 << 10), "{} bytes kept", kept.len());
+    assert!(
+        kept.len() > (1 << 20) - (64 << 10),
+        "{} bytes kept",
+        kept.len()
+    );
     assert!(kept.ends_with(b"\n499999\n500000\n"));
     assert_eq!(read["closed"], true);
     let run_id = c.run_id.clone();
