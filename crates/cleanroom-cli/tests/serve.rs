@@ -6,6 +6,7 @@
 //! a unique marker in `/proc/*/cmdline`).
 
 mod common;
+mod serve_support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,11 +19,9 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use serve_support::{decode, Client, Ws};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -259,150 +258,6 @@ fn assert_no_survivors(run_id: &str, marker: &str) {
     }
 }
 
-/// A JSON-RPC client over one WebSocket.
-struct Client {
-    ws: Ws,
-    next_id: i64,
-    notifications: Vec<Value>,
-    run_id: String,
-    session: String,
-}
-
-impl Client {
-    async fn connect(url: &str) -> Client {
-        let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        Client {
-            ws,
-            next_id: 0,
-            notifications: Vec::new(),
-            run_id: String::new(),
-            session: String::new(),
-        }
-    }
-
-    async fn initialize(&mut self) {
-        self.initialize_with(json!({"clientName": "test"}))
-            .await
-            .unwrap();
-    }
-
-    async fn initialize_with(&mut self, params: Value) -> Result<(), (i64, String)> {
-        let result = self.call("initialize", params).await?;
-        let info = &result["environmentInfo"];
-        self.run_id = info["cleanroom"]["runId"].as_str().unwrap().to_string();
-        self.session = result["sessionId"].as_str().unwrap().to_string();
-        Ok(())
-    }
-
-    async fn send_text(&mut self, text: String) {
-        self.ws.send(Message::text(text)).await.unwrap();
-    }
-
-    async fn recv(&mut self) -> Value {
-        loop {
-            let frame = tokio::time::timeout(TIMEOUT, self.ws.next())
-                .await
-                .expect("a message within the timeout")
-                .expect("the socket stays open")
-                .unwrap();
-            match frame {
-                Message::Text(text) => {
-                    let value: Value = serde_json::from_str(&text).unwrap();
-                    assert_eq!(value["jsonrpc"], "2.0", "{value}");
-                    return value;
-                }
-                Message::Binary(_) => panic!("the server sends text frames"),
-                _ => continue,
-            }
-        }
-    }
-
-    /// Waits for the response to `id`, keeping notifications that arrive meanwhile.
-    async fn response(&mut self, id: &Value) -> Value {
-        loop {
-            let message = self.recv().await;
-            if message.get("method").is_some() {
-                self.notifications.push(message);
-            } else if &message["id"] == id {
-                return message;
-            } else {
-                panic!("unexpected message {message}");
-            }
-        }
-    }
-
-    async fn call(&mut self, method: &str, params: Value) -> Result<Value, (i64, String)> {
-        self.next_id += 1;
-        let id = json!(self.next_id);
-        let request = json!({"id": id, "method": method, "params": params});
-        self.send_text(request.to_string()).await;
-        let response = self.response(&id).await;
-        match response.get("error") {
-            Some(error) => Err((
-                error["code"].as_i64().unwrap(),
-                error["message"].as_str().unwrap().to_string(),
-            )),
-            None => Ok(response["result"].clone()),
-        }
-    }
-
-    async fn error(&mut self, method: &str, params: Value) -> (i64, String) {
-        self.call(method, params)
-            .await
-            .expect_err("an error response")
-    }
-
-    async fn start(&mut self, id: &str, argv: &[&str], extra: Value) -> Value {
-        let mut params = json!({
-            "processId": id, "argv": argv, "cwd": "file:///", "env": {}, "tty": false, "arg0": null,
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            params[k] = v.clone();
-        }
-        self.call("process/start", params).await.unwrap()
-    }
-
-    async fn notification(&mut self) -> Value {
-        if !self.notifications.is_empty() {
-            return self.notifications.remove(0);
-        }
-        let message = self.recv().await;
-        assert!(
-            message.get("method").is_some(),
-            "expected a notification: {message}"
-        );
-        message
-    }
-
-    /// Every notification of `process_id` up to and including `process/closed`.
-    async fn until_closed(&mut self, process_id: &str) -> Vec<Value> {
-        let mut out = Vec::new();
-        loop {
-            let n = self.notification().await;
-            if n["params"]["processId"] != process_id {
-                continue;
-            }
-            let done = n["method"] == "process/closed";
-            out.push(n);
-            if done {
-                return out;
-            }
-        }
-    }
-
-    /// Output of `process_id` until `needle` appears in it.
-    async fn output_until(&mut self, process_id: &str, needle: &str) -> String {
-        let mut text = String::new();
-        while !text.contains(needle) {
-            let n = self.notification().await;
-            if n["params"]["processId"] == process_id && n["method"] == "process/output" {
-                text.push_str(&decode(&n["params"]["chunk"]));
-            }
-        }
-        text
-    }
-}
-
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
@@ -411,10 +266,6 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap()
-}
-
-fn decode(chunk: &Value) -> String {
-    String::from_utf8_lossy(&BASE64.decode(chunk.as_str().unwrap()).unwrap()).into_owned()
 }
 
 fn output_of(notifications: &[Value]) -> String {
