@@ -56,7 +56,8 @@ pub struct ServeArgs {
     /// Most unclosed processes per session.
     #[arg(long, default_value_t = 256, value_name = "N")]
     max_processes: usize,
-    /// Most open connections; more are dropped at accept.
+    /// Most authenticated connections open at once; one more is closed with 1013 (connections
+    /// that have not shown the capability yet have their own budget).
     #[arg(long, default_value_t = 4096, value_name = "N")]
     max_connections: usize,
     /// Let secret-looking variables (host and client) reach processes.

@@ -6,6 +6,7 @@
 //! a unique marker in `/proc/*/cmdline`).
 
 mod common;
+mod serve_support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,11 +19,9 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use serve_support::{decode, Client, Ws};
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 const TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -259,150 +258,6 @@ fn assert_no_survivors(run_id: &str, marker: &str) {
     }
 }
 
-/// A JSON-RPC client over one WebSocket.
-struct Client {
-    ws: Ws,
-    next_id: i64,
-    notifications: Vec<Value>,
-    run_id: String,
-    session: String,
-}
-
-impl Client {
-    async fn connect(url: &str) -> Client {
-        let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        Client {
-            ws,
-            next_id: 0,
-            notifications: Vec::new(),
-            run_id: String::new(),
-            session: String::new(),
-        }
-    }
-
-    async fn initialize(&mut self) {
-        self.initialize_with(json!({"clientName": "test"}))
-            .await
-            .unwrap();
-    }
-
-    async fn initialize_with(&mut self, params: Value) -> Result<(), (i64, String)> {
-        let result = self.call("initialize", params).await?;
-        let info = &result["environmentInfo"];
-        self.run_id = info["cleanroom"]["runId"].as_str().unwrap().to_string();
-        self.session = result["sessionId"].as_str().unwrap().to_string();
-        Ok(())
-    }
-
-    async fn send_text(&mut self, text: String) {
-        self.ws.send(Message::text(text)).await.unwrap();
-    }
-
-    async fn recv(&mut self) -> Value {
-        loop {
-            let frame = tokio::time::timeout(TIMEOUT, self.ws.next())
-                .await
-                .expect("a message within the timeout")
-                .expect("the socket stays open")
-                .unwrap();
-            match frame {
-                Message::Text(text) => {
-                    let value: Value = serde_json::from_str(&text).unwrap();
-                    assert_eq!(value["jsonrpc"], "2.0", "{value}");
-                    return value;
-                }
-                Message::Binary(_) => panic!("the server sends text frames"),
-                _ => continue,
-            }
-        }
-    }
-
-    /// Waits for the response to `id`, keeping notifications that arrive meanwhile.
-    async fn response(&mut self, id: &Value) -> Value {
-        loop {
-            let message = self.recv().await;
-            if message.get("method").is_some() {
-                self.notifications.push(message);
-            } else if &message["id"] == id {
-                return message;
-            } else {
-                panic!("unexpected message {message}");
-            }
-        }
-    }
-
-    async fn call(&mut self, method: &str, params: Value) -> Result<Value, (i64, String)> {
-        self.next_id += 1;
-        let id = json!(self.next_id);
-        let request = json!({"id": id, "method": method, "params": params});
-        self.send_text(request.to_string()).await;
-        let response = self.response(&id).await;
-        match response.get("error") {
-            Some(error) => Err((
-                error["code"].as_i64().unwrap(),
-                error["message"].as_str().unwrap().to_string(),
-            )),
-            None => Ok(response["result"].clone()),
-        }
-    }
-
-    async fn error(&mut self, method: &str, params: Value) -> (i64, String) {
-        self.call(method, params)
-            .await
-            .expect_err("an error response")
-    }
-
-    async fn start(&mut self, id: &str, argv: &[&str], extra: Value) -> Value {
-        let mut params = json!({
-            "processId": id, "argv": argv, "cwd": "file:///", "env": {}, "tty": false, "arg0": null,
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            params[k] = v.clone();
-        }
-        self.call("process/start", params).await.unwrap()
-    }
-
-    async fn notification(&mut self) -> Value {
-        if !self.notifications.is_empty() {
-            return self.notifications.remove(0);
-        }
-        let message = self.recv().await;
-        assert!(
-            message.get("method").is_some(),
-            "expected a notification: {message}"
-        );
-        message
-    }
-
-    /// Every notification of `process_id` up to and including `process/closed`.
-    async fn until_closed(&mut self, process_id: &str) -> Vec<Value> {
-        let mut out = Vec::new();
-        loop {
-            let n = self.notification().await;
-            if n["params"]["processId"] != process_id {
-                continue;
-            }
-            let done = n["method"] == "process/closed";
-            out.push(n);
-            if done {
-                return out;
-            }
-        }
-    }
-
-    /// Output of `process_id` until `needle` appears in it.
-    async fn output_until(&mut self, process_id: &str, needle: &str) -> String {
-        let mut text = String::new();
-        while !text.contains(needle) {
-            let n = self.notification().await;
-            if n["params"]["processId"] == process_id && n["method"] == "process/output" {
-                text.push_str(&decode(&n["params"]["chunk"]));
-            }
-        }
-        text
-    }
-}
-
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
@@ -411,10 +266,6 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap()
-}
-
-fn decode(chunk: &Value) -> String {
-    String::from_utf8_lossy(&BASE64.decode(chunk.as_str().unwrap()).unwrap()).into_owned()
 }
 
 fn output_of(notifications: &[Value]) -> String {
@@ -429,6 +280,22 @@ fn pids_in(text: &str) -> Vec<i32> {
     text.split(|c: char| !c.is_ascii_digit())
         .filter_map(|t| t.parse().ok())
         .collect()
+}
+
+/// The code and reason of the close frame `stream` ends with (other frames skipped).
+async fn close_frame(
+    stream: &mut (impl futures_util::Stream<Item = Result<Message, WsError>> + Unpin),
+) -> (u16, String) {
+    loop {
+        match tokio::time::timeout(TIMEOUT, stream.next()).await {
+            Ok(Some(Ok(Message::Close(Some(close))))) => {
+                return (u16::from(close.code), close.reason.as_str().to_string())
+            }
+            Ok(Some(Ok(Message::Close(None)))) => panic!("a close frame without a code"),
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    }
 }
 
 #[tokio::test]
@@ -544,17 +411,66 @@ async fn a_wrong_capability_path_is_closed_with_1008() {
         server.addr()
     );
     let (mut ws, _) = tokio_tungstenite::connect_async(&wrong).await.unwrap();
-    let frame = tokio::time::timeout(TIMEOUT, ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let Message::Close(Some(close)) = frame else {
-        panic!("expected a close frame, got {frame:?}");
-    };
-    assert_eq!(u16::from(close.code), 1008);
-    assert_eq!(close.reason.as_str(), "unauthorized");
+    assert_eq!(close_frame(&mut ws).await, (1008, "unauthorized".into()));
     let run_id = server.client().await.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Opens a WebSocket to `url` and sends `initialize`: the socket once it is answered, or the
+/// close code when the server closes the socket instead.
+async fn try_initialize(url: &str) -> Result<Ws, u16> {
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let initialize = json!({"id": 1, "method": "initialize", "params": {}});
+    // A refused socket may already be closed for writing; its close frame is read below.
+    let _ = ws.send(Message::text(initialize.to_string())).await;
+    loop {
+        match tokio::time::timeout(TIMEOUT, ws.next()).await {
+            Ok(Some(Ok(Message::Text(text)))) => {
+                let reply: Value = serde_json::from_str(&text).unwrap();
+                assert!(reply["result"]["sessionId"].is_string(), "{reply}");
+                return Ok(ws);
+            }
+            Ok(Some(Ok(Message::Close(Some(close))))) => return Err(u16::from(close.code)),
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("expected a reply or a close frame, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn authenticated_connections_past_max_connections_are_closed_with_1013() {
+    let server = Server::start(&["--max-connections", "2"]);
+    // Sockets that never show the capability take none of the places.
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(TcpStream::connect(server.addr()).await.unwrap());
+    }
+    let first = server.client().await;
+    let mut second = server.client().await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(&server.url).await.unwrap();
+    assert_eq!(
+        close_frame(&mut ws).await,
+        (1013, "too many connections".into())
+    );
+    assert_eq!(
+        second.call("environment/status", json!({})).await.unwrap()["status"],
+        "ready",
+        "a refusal ends only the refused socket"
+    );
+    // A place frees when a connection ends, and the limit still holds afterwards.
+    drop(first);
+    let deadline = Instant::now() + TIMEOUT;
+    let third = loop {
+        match try_initialize(&server.url).await {
+            Ok(ws) => break ws,
+            Err(code) => assert_eq!(code, 1013),
+        }
+        assert!(Instant::now() < deadline, "the place never freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(try_initialize(&server.url).await.err(), Some(1013));
+    drop((third, idle));
+    let run_id = second.run_id.clone();
     server.stop(&run_id);
 }
 
@@ -566,14 +482,7 @@ async fn an_oversized_frame_is_closed_with_1009_and_others_keep_being_served() {
     let huge =
         json!({"id": 1, "method": "environment/status", "params": {"pad": "x".repeat(10_000)}});
     big.send_text(huge.to_string()).await;
-    let frame = loop {
-        match tokio::time::timeout(TIMEOUT, big.ws.next()).await.unwrap() {
-            Some(Ok(Message::Close(close))) => break close,
-            Some(Ok(_)) => continue,
-            other => panic!("expected close 1009, got {other:?}"),
-        }
-    };
-    assert_eq!(u16::from(frame.unwrap().code), 1009);
+    assert_eq!(close_frame(&mut big.ws).await.0, 1009);
     assert_eq!(
         other.call("environment/status", json!({})).await.unwrap()["status"],
         "ready"
@@ -1185,8 +1094,9 @@ async fn socket_loss_reaps_a_term_resistant_group_and_its_setsid_child() {
     server.stop(&run_id);
 }
 
-#[tokio::test]
-async fn sigterm_reaps_every_session_and_removes_the_root() {
+/// Two sessions with TERM-resistant trees; `signal` to the server reaps both, removes the
+/// root and exits 0, within 10 s.
+async fn assert_signal_reaps_every_session(signal: i32) {
     let server = Server::start(&[]);
     let mut a = server.client().await;
     let mut b = server.client().await;
@@ -1194,23 +1104,24 @@ async fn sigterm_reaps_every_session_and_removes_the_root() {
     pids.extend(start_resistant_tree(&mut b, "b", &server.marker).await);
     let run_id = a.run_id.clone();
     let started = Instant::now();
-    server.stop(&run_id);
+    server.stop_with(signal, &run_id);
     assert!(pids.iter().all(|&p| !alive(p)));
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 #[tokio::test]
+async fn sigterm_reaps_every_session_and_removes_the_root() {
+    assert_signal_reaps_every_session(libc::SIGTERM).await;
+}
+
+#[tokio::test]
 async fn sigint_reaps_every_session_and_removes_the_root() {
-    let server = Server::start(&[]);
-    let mut a = server.client().await;
-    let mut b = server.client().await;
-    let mut pids = start_resistant_tree(&mut a, "a", &server.marker).await;
-    pids.extend(start_resistant_tree(&mut b, "b", &server.marker).await);
-    let run_id = a.run_id.clone();
-    let started = Instant::now();
-    server.stop_with(libc::SIGINT, &run_id);
-    assert!(pids.iter().all(|&p| !alive(p)));
-    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_signal_reaps_every_session(libc::SIGINT).await;
+}
+
+#[tokio::test]
+async fn sighup_reaps_every_session_and_removes_the_root() {
+    assert_signal_reaps_every_session(libc::SIGHUP).await;
 }
 
 #[tokio::test]
@@ -1854,14 +1765,7 @@ async fn every_oversized_frame_reaches_the_client_as_1009_not_a_reset() {
             let _ = sink.send(Message::text(" ".repeat(size))).await;
             sink
         });
-        let frame = loop {
-            match tokio::time::timeout(TIMEOUT, stream.next()).await.unwrap() {
-                Some(Ok(Message::Close(close))) => break close,
-                Some(Ok(_)) => continue,
-                other => panic!("round {round}: expected close 1009, got {other:?}"),
-            }
-        };
-        assert_eq!(u16::from(frame.unwrap().code), 1009, "round {round}");
+        assert_eq!(close_frame(&mut stream).await.0, 1009, "round {round}");
         drop(sending.await);
     }
     let c = server.client().await;
@@ -2150,4 +2054,189 @@ async fn a_fork_and_exit_chain_dies_with_the_dropped_socket() {
 #[tokio::test]
 async fn a_fork_and_exit_chain_dies_when_its_session_ttl_expires() {
     a_chain_dies_with_the_session(&["--session-ttl", "1s"]).await;
+}
+
+#[tokio::test]
+async fn a_client_cannot_read_write_signal_or_terminate_another_sessions_process() {
+    let server = Server::start(&[]);
+    let mut owner = server.client().await;
+    let mut other = server.client().await;
+    assert_ne!(owner.session, other.session);
+    let script = format!("echo ready; exec cat; : {}", server.marker);
+    owner
+        .start("p", &["sh", "-c", &script], json!({"pipeStdin": true}))
+        .await;
+    owner.output_until("p", "ready\n").await;
+    let (code, message) = other
+        .error("process/read", json!({"processId": "p", "waitMs": 0}))
+        .await;
+    assert_eq!((code, message.as_str()), (-32600, "unknown process id p"));
+    let theirs = json!({"processId": "p", "chunk": BASE64.encode("theirs\n")});
+    let r = other.call("process/write", theirs).await.unwrap();
+    assert_eq!(r["status"], "unknownProcess");
+    let interrupt = json!({"processId": "p", "signal": "interrupt"});
+    other.call("process/signal", interrupt).await.unwrap();
+    let r = other
+        .call("process/terminate", json!({"processId": "p"}))
+        .await
+        .unwrap();
+    assert_eq!(r, json!({"running": false}));
+    // The ids are per session: the other client's own "p" is another process.
+    other.start("p", &["true"], json!({})).await;
+    other.until_closed("p").await;
+    // The owner's process saw none of it: alive, and its stdin carries only the owner's bytes.
+    let mine = json!({"processId": "p", "chunk": BASE64.encode("mine\n")});
+    let r = owner.call("process/write", mine).await.unwrap();
+    assert_eq!(r["status"], "accepted");
+    assert_eq!(owner.output_until("p", "mine\n").await, "mine\n");
+    let r = owner
+        .call("process/terminate", json!({"processId": "p"}))
+        .await
+        .unwrap();
+    assert_eq!(r, json!({"running": true}));
+    let run_id = owner.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// The newest suffix of `outputs` (`(seq, bytes)` in seq order) that retention keeps: at most
+/// 1 MiB and 50,000 chunks (exec-server-protocol.md §4).
+fn retained_seqs(outputs: &[(u64, usize)]) -> Vec<u64> {
+    let (mut bytes, mut kept) = (0usize, Vec::new());
+    for &(seq, len) in outputs.iter().rev() {
+        if bytes + len > 1 << 20 || kept.len() == 50_000 {
+            break;
+        }
+        bytes += len;
+        kept.push(seq);
+    }
+    kept.reverse();
+    kept
+}
+
+/// `(seq, chunk)` of every chunk of a `process/read` result.
+fn read_chunks(read: &Value) -> Vec<(u64, Vec<u8>)> {
+    read["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let data = BASE64.decode(c["chunk"].as_str().unwrap()).unwrap();
+            (c["seq"].as_u64().unwrap(), data)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn retention_keeps_the_newest_mebibyte_of_a_processs_output() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    c.start("big", &["seq", "1", "500000"], json!({})).await;
+    let events = c.until_closed("big").await;
+    let outputs: Vec<(u64, usize)> = events
+        .iter()
+        .filter(|n| n["method"] == "process/output")
+        .map(|n| {
+            let len = BASE64
+                .decode(n["params"]["chunk"].as_str().unwrap())
+                .unwrap()
+                .len();
+            (n["params"]["seq"].as_u64().unwrap(), len)
+        })
+        .collect();
+    let total: usize = outputs.iter().map(|o| o.1).sum();
+    assert!(total > 3 << 20, "seq wrote {total} bytes");
+    let read = c
+        .call("process/read", json!({"processId": "big"}))
+        .await
+        .unwrap();
+    let chunks = read_chunks(&read);
+    let seqs: Vec<u64> = chunks.iter().map(|c| c.0).collect();
+    assert_eq!(
+        seqs,
+        retained_seqs(&outputs),
+        "the newest chunks within 1 MiB"
+    );
+    let kept: Vec<u8> = chunks.into_iter().flat_map(|c| c.1).collect();
+    assert!(
+        kept.len() > (1 << 20) - (64 << 10),
+        "{} bytes kept",
+        kept.len()
+    );
+    assert!(kept.ends_with(b"\n499999\n500000\n"));
+    assert_eq!(read["closed"], true);
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn a_closed_process_stays_readable_for_the_process_retention_then_is_forgotten() {
+    let server = Server::start(&["--process-retention", "2s"]);
+    let mut c = server.client().await;
+    c.start("done", &["echo", "kept"], json!({})).await;
+    c.until_closed("done").await;
+    let closed = Instant::now();
+    let read = json!({"processId": "done"});
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let r = c.call("process/read", read.clone()).await.unwrap();
+    assert_eq!(output_of_read(&r), "kept\n");
+    let forgotten = loop {
+        match c.call("process/read", read.clone()).await {
+            Ok(_) => assert!(closed.elapsed() < TIMEOUT, "never forgotten"),
+            Err(e) => break (e, closed.elapsed()),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(forgotten.0, (-32600, "unknown process id done".into()));
+    assert!(
+        forgotten.1 < Duration::from_millis(3500),
+        "forgotten {:?} after closing",
+        forgotten.1
+    );
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
+
+/// Reads `ws` until `deadline`, noting when each ping arrives; any other message is a failure.
+async fn idle_until(ws: &mut Ws, deadline: Instant, pings: &mut Vec<Instant>) {
+    loop {
+        let frame = tokio::time::timeout_at(deadline.into(), ws.next()).await;
+        match frame {
+            Err(_) => return,
+            Ok(Some(Ok(Message::Ping(_)))) => pings.push(Instant::now()),
+            Ok(Some(Ok(Message::Pong(_)))) => {}
+            other => panic!("an idle connection got {other:?}"),
+        }
+    }
+}
+
+/// One real minute: the defaults (30 s, 60 s) are what is promised, so no knob shortens them.
+#[tokio::test]
+async fn by_default_an_idle_client_is_pinged_every_30_s_and_a_closed_process_is_kept_60_s() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let connected = Instant::now();
+    c.start("done", &["echo", "kept"], json!({})).await;
+    c.until_closed("done").await;
+    let closed = Instant::now();
+    let read = json!({"processId": "done"});
+    let mut pings = Vec::new();
+    idle_until(&mut c.ws, closed + Duration::from_secs(57), &mut pings).await;
+    let r = c.call("process/read", read.clone()).await.unwrap();
+    assert_eq!(output_of_read(&r), "kept\n", "readable 57 s after closing");
+    idle_until(&mut c.ws, closed + Duration::from_secs(62), &mut pings).await;
+    let (code, _) = c.error("process/read", read).await;
+    assert_eq!(code, -32600, "forgotten 62 s after closing");
+    let after: Vec<Duration> = pings.iter().map(|p| *p - connected).collect();
+    assert_eq!(after.len(), 2, "pings at {after:?}");
+    assert!(
+        after[0] > Duration::from_millis(29_000) && after[0] < Duration::from_millis(31_000),
+        "first ping {after:?}"
+    );
+    let gap = after[1] - after[0];
+    assert!(
+        gap > Duration::from_millis(29_500) && gap < Duration::from_millis(30_500),
+        "pings {after:?}"
+    );
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
 }

@@ -1,5 +1,6 @@
-//! A `cleanroom serve` of its own and a WebSocket client for the exec-server tests of the fs
-//! methods and the managed policies (`serve_fs.rs`, `serve_policy.rs`).
+//! The exec-server tests' WebSocket client (every `serve*.rs`), and a `cleanroom serve` of its
+//! own for the tests of the fs methods, http and the managed policies (`serve.rs` starts its
+//! servers itself: it checks survivors by marker and run id).
 //!
 //! Every server has a private state dir and works in a private dir under the test target's
 //! tmp dir (nothing in /tmp); [`Server::stop`] ends it with SIGTERM and checks it exited 0 and
@@ -21,6 +22,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A client's WebSocket.
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// The uid (and gid) of `nobody`, for servers run as an ordinary user.
 pub const NOBODY: u32 = 65534;
@@ -93,16 +97,8 @@ impl Server {
 
     /// A connected, initialized client.
     pub async fn client(&self) -> Client {
-        let (ws, _) = tokio_tungstenite::connect_async(&self.url).await.unwrap();
-        let mut client = Client {
-            ws,
-            next_id: 0,
-            notifications: Vec::new(),
-        };
-        client
-            .call("initialize", json!({"clientName": "test"}))
-            .await
-            .unwrap();
+        let mut client = Client::connect(&self.url).await;
+        client.initialize().await;
         client
     }
 
@@ -145,59 +141,150 @@ impl Drop for Server {
 
 /// A JSON-RPC client over one WebSocket.
 pub struct Client {
-    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
-    next_id: i64,
-    notifications: Vec<Value>,
+    /// The socket, for tests that speak WebSocket directly.
+    pub ws: Ws,
+    /// The last request id used (tests that send requests by hand take the next ones).
+    pub next_id: i64,
+    /// Notifications that arrived while a response was awaited, oldest first.
+    pub notifications: Vec<Value>,
+    /// The server's run id (`environmentInfo.cleanroom.runId`), once initialized.
+    pub run_id: String,
+    /// This connection's session id, once initialized.
+    pub session: String,
 }
 
 impl Client {
-    /// Calls `method`; `Err((code, message))` for an error response.
-    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, (i64, String)> {
-        self.next_id += 1;
-        let id = json!(self.next_id);
-        let request = json!({"id": id, "method": method, "params": params});
-        self.ws
-            .send(Message::text(request.to_string()))
+    pub async fn connect(url: &str) -> Client {
+        let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        Client {
+            ws,
+            next_id: 0,
+            notifications: Vec::new(),
+            run_id: String::new(),
+            session: String::new(),
+        }
+    }
+
+    pub async fn initialize(&mut self) {
+        self.initialize_with(json!({"clientName": "test"}))
             .await
             .unwrap();
-        loop {
-            let message = self.recv().await;
-            if message.get("method").is_some() {
-                self.notifications.push(message);
-                continue;
-            }
-            assert_eq!(message["id"], id, "{message}");
-            return match message.get("error") {
-                Some(e) => Err((
-                    e["code"].as_i64().unwrap(),
-                    e["message"].as_str().unwrap().to_string(),
-                )),
-                None => Ok(message["result"].clone()),
-            };
-        }
     }
 
-    /// The next notification (kept ones first).
-    pub async fn notification(&mut self) -> Value {
-        if !self.notifications.is_empty() {
-            return self.notifications.remove(0);
-        }
-        let message = self.recv().await;
-        assert!(message.get("method").is_some(), "a notification: {message}");
-        message
+    pub async fn initialize_with(&mut self, params: Value) -> Result<(), (i64, String)> {
+        let result = self.call("initialize", params).await?;
+        let info = &result["environmentInfo"];
+        self.run_id = info["cleanroom"]["runId"].as_str().unwrap().to_string();
+        self.session = result["sessionId"].as_str().unwrap().to_string();
+        Ok(())
     }
 
-    async fn recv(&mut self) -> Value {
+    pub async fn send_text(&mut self, text: String) {
+        self.ws.send(Message::text(text)).await.unwrap();
+    }
+
+    pub async fn recv(&mut self) -> Value {
         loop {
             let frame = tokio::time::timeout(TIMEOUT, self.ws.next())
                 .await
                 .expect("a message within the timeout")
                 .expect("the socket stays open")
                 .unwrap();
-            if let Message::Text(text) = frame {
-                return serde_json::from_str(&text).unwrap();
+            match frame {
+                Message::Text(text) => {
+                    let value: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!(value["jsonrpc"], "2.0", "{value}");
+                    return value;
+                }
+                Message::Binary(_) => panic!("the server sends text frames"),
+                _ => continue,
             }
         }
+    }
+
+    /// Waits for the response to `id`, keeping notifications that arrive meanwhile.
+    pub async fn response(&mut self, id: &Value) -> Value {
+        loop {
+            let message = self.recv().await;
+            if message.get("method").is_some() {
+                self.notifications.push(message);
+            } else if &message["id"] == id {
+                return message;
+            } else {
+                panic!("unexpected message {message}");
+            }
+        }
+    }
+
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, (i64, String)> {
+        self.next_id += 1;
+        let id = json!(self.next_id);
+        let request = json!({"id": id, "method": method, "params": params});
+        self.send_text(request.to_string()).await;
+        let response = self.response(&id).await;
+        match response.get("error") {
+            Some(error) => Err((
+                error["code"].as_i64().unwrap(),
+                error["message"].as_str().unwrap().to_string(),
+            )),
+            None => Ok(response["result"].clone()),
+        }
+    }
+
+    pub async fn error(&mut self, method: &str, params: Value) -> (i64, String) {
+        self.call(method, params)
+            .await
+            .expect_err("an error response")
+    }
+
+    pub async fn start(&mut self, id: &str, argv: &[&str], extra: Value) -> Value {
+        let mut params = json!({
+            "processId": id, "argv": argv, "cwd": "file:///", "env": {}, "tty": false, "arg0": null,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        self.call("process/start", params).await.unwrap()
+    }
+
+    pub async fn notification(&mut self) -> Value {
+        if !self.notifications.is_empty() {
+            return self.notifications.remove(0);
+        }
+        let message = self.recv().await;
+        assert!(
+            message.get("method").is_some(),
+            "expected a notification: {message}"
+        );
+        message
+    }
+
+    /// Every notification of `process_id` up to and including `process/closed`.
+    pub async fn until_closed(&mut self, process_id: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        loop {
+            let n = self.notification().await;
+            if n["params"]["processId"] != process_id {
+                continue;
+            }
+            let done = n["method"] == "process/closed";
+            out.push(n);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    /// Output of `process_id` until `needle` appears in it.
+    pub async fn output_until(&mut self, process_id: &str, needle: &str) -> String {
+        let mut text = String::new();
+        while !text.contains(needle) {
+            let n = self.notification().await;
+            if n["params"]["processId"] == process_id && n["method"] == "process/output" {
+                text.push_str(&decode(&n["params"]["chunk"]));
+            }
+        }
+        text
     }
 
     /// Runs `script` with bash in `cwd` under `sandbox` (a `sandbox` argument or null) and
@@ -236,6 +323,11 @@ impl Client {
             }
         }
     }
+}
+
+/// The text of a base64 `chunk`.
+pub fn decode(chunk: &Value) -> String {
+    String::from_utf8_lossy(&BASE64.decode(chunk.as_str().unwrap()).unwrap()).into_owned()
 }
 
 /// The `file:` URI of an absolute path (test paths need no escaping).

@@ -91,6 +91,31 @@ struct State {
     closed: bool,
 }
 
+impl State {
+    /// Nothing published yet; the first seq is 1.
+    fn new() -> State {
+        State {
+            chunks: VecDeque::new(),
+            bytes: 0,
+            next_seq: 1,
+            exit_code: None,
+            closed: false,
+        }
+    }
+
+    /// Keeps `chunk`, dropping the oldest chunks beyond [`RETAIN_BYTES`] or [`RETAIN_CHUNKS`].
+    fn retain(&mut self, chunk: Chunk) {
+        self.bytes += chunk.data.len();
+        self.chunks.push_back(chunk);
+        while self.bytes > RETAIN_BYTES || self.chunks.len() > RETAIN_CHUNKS {
+            match self.chunks.pop_front() {
+                Some(old) => self.bytes -= old.data.len(),
+                None => break,
+            }
+        }
+    }
+}
+
 enum Stdin {
     Pipe(ChildStdin),
     Pty(Arc<Master>),
@@ -232,13 +257,7 @@ impl Process {
                 output_links,
             },
             terminal,
-            state: Mutex::new(State {
-                chunks: VecDeque::new(),
-                bytes: 0,
-                next_seq: 1,
-                exit_code: None,
-                closed: false,
-            }),
+            state: Mutex::new(State::new()),
             events: watch::channel(()).0,
             reaped: watch::channel(false).0,
             exit_holds: watch::channel(0).0,
@@ -367,14 +386,7 @@ impl Process {
         {
             let mut state = self.lock();
             state.next_seq += 1;
-            state.bytes += data.len();
-            state.chunks.push_back(Chunk { seq, stream, data });
-            while state.bytes > RETAIN_BYTES || state.chunks.len() > RETAIN_CHUNKS {
-                match state.chunks.pop_front() {
-                    Some(old) => state.bytes -= old.data.len(),
-                    None => break,
-                }
-            }
+            state.retain(Chunk { seq, stream, data });
         }
         self.events.send_replace(());
         self.outlet.send(text).await;
@@ -654,4 +666,31 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seqs(state: &State) -> (u64, u64, usize) {
+        let first = state.chunks.front().unwrap().seq;
+        (first, state.chunks.back().unwrap().seq, state.chunks.len())
+    }
+
+    /// The chunk cap, which a test over the binary would need over 90 s of streaming to reach (a
+    /// streaming child's output is coalesced for 1 ms per chunk: about 530 chunks/s).
+    #[test]
+    fn retention_keeps_the_newest_50000_chunks() {
+        let mut state = State::new();
+        for seq in 1..=50_010 {
+            let data = vec![b'x'];
+            state.retain(Chunk {
+                seq,
+                stream: StreamKind::Stdout,
+                data,
+            });
+        }
+        assert_eq!(seqs(&state), (11, 50_010, 50_000));
+        assert_eq!(state.bytes, 50_000);
+    }
 }
