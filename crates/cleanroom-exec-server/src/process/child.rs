@@ -372,17 +372,7 @@ impl Process {
     async fn publish_output(&self, stream: StreamKind, data: Vec<u8>) {
         // Only this task changes `next_seq`, so it can be read before the chunk is published.
         let seq = self.lock().next_seq;
-        // Written by hand, the chunk encoded straight into the message: it is the bulk of the
-        // bytes and needs neither escaping nor a copy through a `Value`.
-        let mut text = String::with_capacity(data.len() * 4 / 3 + 160);
-        text.push_str(r#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":"#);
-        text.push_str(&Value::String(self.id.clone()).to_string());
-        text.push_str(&format!(
-            r#","seq":{seq},"stream":"{}","chunk":""#,
-            stream.name()
-        ));
-        BASE64.encode_string(&data, &mut text);
-        text.push_str(r#""}}"#);
+        let text = output_notification(&self.id, seq, stream, &data);
         {
             let mut state = self.lock();
             state.next_seq += 1;
@@ -588,6 +578,28 @@ async fn write_pipe(pipe: &mut ChildStdin, data: &[u8]) -> std::io::Result<()> {
         pipe.write_all(&data[written..]).await?;
     }
     Ok(())
+}
+
+/// The `process/output` notification of one chunk, written by hand: the chunk is the bulk of
+/// the bytes, and base64 needs no escaping, so it is encoded in one pass straight into the
+/// message's buffer (no `Value`, no escaping scan, no intermediate string).
+fn output_notification(id: &str, seq: u64, stream: StreamKind, data: &[u8]) -> String {
+    let id = Value::from(id).to_string();
+    let head = format!(
+        r#"{{"jsonrpc":"2.0","method":"process/output","params":{{"processId":{id},"seq":{seq},"stream":"{}","chunk":""#,
+        stream.name()
+    );
+    const TAIL: &str = r#""}}"#;
+    let encoded = base64::encoded_len(data.len(), true).expect("a chunk's base64 fits in memory");
+    let mut text = Vec::with_capacity(head.len() + encoded + TAIL.len());
+    text.extend_from_slice(head.as_bytes());
+    text.resize(head.len() + encoded, 0);
+    let written = BASE64
+        .encode_slice(data, &mut text[head.len()..])
+        .expect("the buffer has the encoded length");
+    debug_assert_eq!(written, encoded);
+    text.extend_from_slice(TAIL.as_bytes());
+    String::from_utf8(text).expect("JSON text and base64 are UTF-8")
 }
 
 /// See [`Process::hold_exit`].
