@@ -2151,3 +2151,40 @@ async fn a_fork_and_exit_chain_dies_with_the_dropped_socket() {
 async fn a_fork_and_exit_chain_dies_when_its_session_ttl_expires() {
     a_chain_dies_with_the_session(&["--session-ttl", "1s"]).await;
 }
+
+#[tokio::test]
+async fn terminating_a_process_or_dropping_a_session_spares_every_other_process_and_session() {
+    // Membership is by the process's own tag or output descriptors, and by the session's tag:
+    // the server's other descendants (a daemon of the same session, another session's daemon)
+    // are never members, however alive.
+    let server = Server::start(&["--session-ttl", "0"]);
+    let mut c = server.client().await;
+    let mut other = server.client().await;
+    let sibling = start_daemon(&mut c, "d", &server.marker).await;
+    let neighbour = start_daemon(&mut other, "n", &server.marker).await;
+    let tree = start_resistant_tree(&mut c, "k", &server.marker).await;
+    let reply = c.call("process/terminate", json!({"processId": "k"})).await;
+    assert_eq!(reply.unwrap(), json!({"running": true}));
+    assert!(
+        tree.iter().all(|&p| !alive(p)),
+        "replied after the tree was reaped"
+    );
+    assert!(
+        alive(sibling),
+        "terminating k killed another process of its session"
+    );
+    assert!(
+        alive(neighbour),
+        "terminating k killed another session's process"
+    );
+    drop(c);
+    wait_dead(&[sibling], Duration::from_secs(10));
+    assert!(
+        alive(neighbour),
+        "ending a session killed another session's process"
+    );
+    let run_id = other.run_id.clone();
+    drop(other);
+    wait_dead(&[neighbour], Duration::from_secs(10));
+    server.stop(&run_id);
+}
