@@ -2152,33 +2152,74 @@ async fn a_fork_and_exit_chain_dies_when_its_session_ttl_expires() {
     a_chain_dies_with_the_session(&["--session-ttl", "1s"]).await;
 }
 
+/// Starts `id`, whose main process lives on with two members that only membership rules find: a
+/// double-forked daemon re-parented to the server (found by its tag) and a child that cleared its
+/// environment (found as a descendant of the living main process); neither holds an output.
+/// Returns their pids.
+async fn start_hidden_members(c: &mut Client, id: &str, marker: &str) -> Vec<i32> {
+    let quiet = format!("exec </dev/null >/dev/null 2>&1; while :; do sleep 0.1; done; : {marker}");
+    let script = format!(
+        "(setsid sh -c 'echo pid $$; {quiet}' &); env -i sh -c '{quiet}' & echo pid $!; \
+         while :; do sleep 0.1; done; : {marker}"
+    );
+    c.start(id, &["sh", "-c", &script], json!({})).await;
+    let mut text = String::new();
+    while pids_in(&text).len() < 2 {
+        text.push_str(&c.output_until(id, "\n").await);
+    }
+    let pids = pids_in(&text);
+    assert!(pids.iter().all(|&p| alive(p)), "{text}");
+    pids
+}
+
+/// Waits until `pid` is gone from `/proc` (reaped, not a zombie).
+fn wait_reaped(pid: i32, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(Instant::now() < deadline, "{pid} was never reaped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[tokio::test]
 async fn terminating_a_process_or_dropping_a_session_spares_every_other_process_and_session() {
-    // Membership is by the process's own tag or output descriptors, and by the session's tag:
-    // the server's other descendants (a daemon of the same session, another session's daemon)
-    // are never members, however alive.
+    // Membership is by the process's own tree, tag or output descriptors, and by the session's
+    // tag: the server's other descendants (a daemon of the same session, another session's
+    // daemon) are never members, however alive. A termination ends as soon as its set is proven
+    // empty (far below the KILL loop's 10 s bound), and every exited orphan is reaped.
     let server = Server::start(&["--session-ttl", "0"]);
     let mut c = server.client().await;
     let mut other = server.client().await;
     let sibling = start_daemon(&mut c, "d", &server.marker).await;
     let neighbour = start_daemon(&mut other, "n", &server.marker).await;
+    let hidden = start_hidden_members(&mut c, "h", &server.marker).await;
+    let reply = c.call("process/terminate", json!({"processId": "h"})).await;
+    assert_eq!(reply.unwrap(), json!({"running": true}));
+    assert!(hidden.iter().all(|&p| !alive(p)), "a member of h survived");
     let tree = start_resistant_tree(&mut c, "k", &server.marker).await;
+    let started = Instant::now();
     let reply = c.call("process/terminate", json!({"processId": "k"})).await;
     assert_eq!(reply.unwrap(), json!({"running": true}));
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(
         tree.iter().all(|&p| !alive(p)),
         "replied after the tree was reaped"
     );
     assert!(
         alive(sibling),
-        "terminating k killed another process of its session"
+        "a termination killed another process of its session"
     );
     assert!(
         alive(neighbour),
-        "terminating k killed another session's process"
+        "a termination killed another session's process"
     );
     drop(c);
     wait_dead(&[sibling], Duration::from_secs(10));
+    wait_reaped(sibling, Duration::from_secs(5));
     assert!(
         alive(neighbour),
         "ending a session killed another session's process"
