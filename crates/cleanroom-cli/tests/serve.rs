@@ -2229,3 +2229,33 @@ async fn terminating_a_process_or_dropping_a_session_spares_every_other_process_
     wait_dead(&[neighbour], Duration::from_secs(10));
     server.stop(&run_id);
 }
+
+#[tokio::test]
+async fn terminate_sends_sigterm_to_every_member_before_any_sigkill() {
+    // A process tree that honours SIGTERM ends by it: the main process by its handler's exit
+    // status, and every other member gets its own SIGTERM (not only the first one listed).
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let m = &server.marker;
+    let script = format!(
+        "sh -c \"trap 'echo term child; exit 0' TERM; echo up; while :; do sleep 0.1; done; : {m}\" & \
+         trap 'exit 3' TERM; while :; do sleep 0.1; done; : {m}"
+    );
+    c.start("t", &["sh", "-c", &script], json!({})).await;
+    let mut text = c.output_until("t", "up").await;
+    let reply = c.call("process/terminate", json!({"processId": "t"})).await;
+    assert_eq!(reply.unwrap(), json!({"running": true}));
+    let events = c.until_closed("t").await;
+    text.push_str(&output_of(&events));
+    assert!(
+        text.contains("term child"),
+        "the child got no SIGTERM: {text:?}"
+    );
+    assert_eq!(
+        events[events.len() - 2]["params"]["exitCode"],
+        3,
+        "{events:?}"
+    );
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}
