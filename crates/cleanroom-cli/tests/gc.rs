@@ -9,6 +9,9 @@
 //!   foreign with the reason;
 //! - ownership and death are judged right: reused pid and another boot are stale, a live owner
 //!   and another pid namespace are live, kept roots wait for `gc --kept`;
+//! - a dead run's orphans are killed only when every entry of its run id is provably dead, never
+//!   those of a kept root (even holding its lock) by a plain gc; a lock held outside the run
+//!   keeps its root; only a pending skeleton of empty layout directories goes without a marker;
 //! - a removal that fails part-way is reported (exit 1, the `.trash-` path) and finished by the
 //!   next gc, even when the root was kept; an empty quarantine is removed, a marker-less one with
 //!   contents is not; an unprivileged gc (and run) removes read-only trees it owns, the root's own

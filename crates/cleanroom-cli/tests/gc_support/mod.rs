@@ -132,6 +132,11 @@ impl Sandbox {
         cmd.arg("--state-dir").arg(&self.ns).args(args);
         cmd.env_remove("CLEANROOM_STATE_DIR");
         cmd.env_remove("CLEANROOM_EXCLUSIVE");
+        // `list` shows machine locks: a private directory keeps other users' out of the listing.
+        cmd.env(
+            "CLEANROOM_MACHINE_LOCK_DIR",
+            self.dir.path().join("machine-locks"),
+        );
         cmd
     }
 
