@@ -9,6 +9,9 @@
 //!   foreign with the reason;
 //! - ownership and death are judged right: reused pid and another boot are stale, a live owner
 //!   and another pid namespace are live, kept roots wait for `gc --kept`;
+//! - a dead run's orphans are killed only when every entry of its run id is provably dead, never
+//!   those of a kept root (even holding its lock) by a plain gc; a lock held outside the run
+//!   keeps its root; only a pending skeleton of empty layout directories goes without a marker;
 //! - a removal that fails part-way is reported (exit 1, the `.trash-` path) and finished by the
 //!   next gc, even when the root was kept; an empty quarantine is removed, a marker-less one with
 //!   contents is not; an unprivileged gc (and run) removes read-only trees it owns, the root's own
@@ -1438,29 +1441,20 @@ fn what_a_failed_creation_leaves_is_reclaimed_once_a_minute_old() {
     // could have made is never touched.
     let sandbox = Sandbox::new();
     let pending = |id: &str| format!(".pending-{}", root_name(id));
-    let skeleton = |name: &str, marker: &[u8]| {
-        let dir = sandbox.ns.join(name);
-        fs::create_dir(&dir).unwrap();
-        write_private(&dir.join(MARKER), std::str::from_utf8(marker).unwrap());
-        for sub in LAYOUT {
-            fs::create_dir(dir.join(sub)).unwrap();
-        }
-        fs::create_dir(dir.join("homes/CARGO_HOME")).unwrap();
-        dir
-    };
+    let skeleton = |name: &str, marker: &str| make_skeleton(&sandbox, name, marker);
     let empty_marker = pending(&new_run_id());
-    skeleton(&empty_marker, b"");
+    skeleton(&empty_marker, "");
     let cut_marker = pending(&new_run_id());
-    skeleton(&cut_marker, b"{\"format\":\"cleanroom-root-marker\",\"vers");
+    skeleton(&cut_marker, "{\"format\":\"cleanroom-root-marker\",\"vers");
     let empty_dir = pending(&new_run_id());
     fs::create_dir(sandbox.ns.join(&empty_dir)).unwrap();
     let young = pending(&current_run_id());
-    skeleton(&young, b"");
+    skeleton(&young, "");
     let with_data = pending(&new_run_id());
-    let dir = skeleton(&with_data, b"");
+    let dir = skeleton(&with_data, "");
     fs::write(dir.join("home/notes.txt"), "a file no creation makes\n").unwrap();
     let marker_dir = pending(&new_run_id());
-    let dir = skeleton(&marker_dir, b"");
+    let dir = skeleton(&marker_dir, "");
     fs::remove_file(dir.join(MARKER)).unwrap();
     fs::create_dir(dir.join(MARKER)).unwrap();
     fs::write(dir.join(MARKER).join("inside"), "x").unwrap();
@@ -1677,4 +1671,182 @@ fn gc_kills_a_process_whose_leader_called_pthread_exit_after_its_runner_was_sigk
         );
         assert_eq!(sandbox.names(), Vec::<String>::new());
     }
+}
+
+#[test]
+fn only_a_pending_skeleton_of_empty_layout_directories_is_reclaimed_without_a_marker() {
+    // What may go without a marker is exactly what `Root::create` makes before a run: the same
+    // shape under a published name, a marker that is not a regular file, a file or an unknown
+    // directory among the layout directories, or a layout directory that is a symlink is
+    // unproven, and nothing in it or behind it is touched.
+    let sandbox = Sandbox::new();
+    let pending = || format!(".pending-{}", root_name(&new_run_id()));
+    let published = root_name(&new_run_id());
+    make_skeleton(&sandbox, &published, "");
+    let fifo_marker = pending();
+    let marker = make_skeleton(&sandbox, &fifo_marker, "").join(MARKER);
+    fs::remove_file(&marker).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &marker,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let config_file = pending();
+    let dir = make_skeleton(&sandbox, &config_file, "");
+    fs::write(
+        dir.join("xdg/config/settings.toml"),
+        "a file no creation makes\n",
+    )
+    .unwrap();
+    let unknown_dir = pending();
+    fs::create_dir(make_skeleton(&sandbox, &unknown_dir, "").join("xdg/music")).unwrap();
+    let linked_xdg = pending();
+    let elsewhere = sandbox.outside("xdg-elsewhere");
+    fs::create_dir_all(elsewhere.join("config")).unwrap();
+    let dir = make_skeleton(&sandbox, &linked_xdg, "");
+    fs::remove_dir_all(dir.join("xdg")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join("xdg")).unwrap();
+    let before = (snapshot(&sandbox.ns), snapshot(&elsewhere));
+
+    let listed = sandbox.list(false);
+    for name in [
+        &published,
+        &fifo_marker,
+        &config_file,
+        &unknown_dir,
+        &linked_xdg,
+    ] {
+        assert_eq!(
+            listed[name]["state"], "unproven",
+            "{name}: {}",
+            listed[name]
+        );
+    }
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(summary["removed"], 0, "{summary}");
+    assert_eq!(before, (snapshot(&sandbox.ns), snapshot(&elsewhere)));
+    assert!(elsewhere.join("config").is_dir());
+}
+
+#[test]
+fn orphans_are_killed_only_when_every_entry_of_their_run_is_provably_dead() {
+    // Every entry of a run id (`run-`, `.pending-run-`, `.trash-run-`) speaks for the run: one
+    // whose owner is alive protects the run's processes even while its lock is free, and entries
+    // that are all provably dead (owner gone, lock free) protect nothing.
+    let sandbox = Sandbox::new();
+    let alive = RootSpec::stale(&sandbox).owned_by(own_process());
+    alive.create(&sandbox);
+    let alive_trash = format!(".trash-{}", alive.name());
+    RootSpec {
+        run_id: alive.run_id.clone(),
+        ..RootSpec::stale(&sandbox)
+    }
+    .create_as(&sandbox, &alive_trash);
+    let (_protected_reaper, protected) = tagged_sleep(&alive.run_id);
+    let dead = RootSpec::stale(&sandbox);
+    dead.create(&sandbox);
+    let dead_trash = format!(".trash-{}", dead.name());
+    dead.create_as(&sandbox, &dead_trash);
+    let (_orphan_reaper, orphan) = tagged_sleep(&dead.run_id);
+    let kept_before = snapshot(&sandbox.ns.join(&alive_trash));
+
+    let (state, reason) = sandbox.state_of(&alive_trash);
+    assert_eq!(state, "live", "{reason}");
+    assert!(reason.contains("not provably dead"), "{reason}");
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert!(
+        is_alive(protected),
+        "a process of a live run was killed: {summary}"
+    );
+    assert!(!is_alive(orphan), "a dead run's orphan survived: {summary}");
+    let mut removed = vec![dead.name(), dead_trash];
+    removed.sort();
+    assert_eq!(removed_names(&summary), removed, "{summary}");
+    let mut left = vec![alive.name(), alive_trash.clone()];
+    left.sort();
+    assert_eq!(sandbox.names(), left);
+    assert_eq!(kept_before, snapshot(&sandbox.ns.join(&alive_trash)));
+}
+
+#[test]
+fn a_kept_roots_lock_held_by_its_orphan_waits_for_gc_kept_but_a_kept_quarantine_does_not() {
+    // Plain gc never kills what a `--keep-root` run left, even the process holding its lock; a
+    // quarantined root is half removed, kept or not, so its orphan is killed and it is finished.
+    let sandbox = Sandbox::new();
+    let kept = RootSpec {
+        keep: true,
+        age_secs: 7200,
+        ..RootSpec::stale(&sandbox)
+    };
+    let kept_root = kept.create(&sandbox);
+    let (_kept_reaper, kept_holder) = hold_lock(&kept_root, Some(&kept.run_id));
+    let trash = RootSpec {
+        keep: true,
+        ..RootSpec::stale(&sandbox)
+    };
+    let trash_name = format!(".trash-{}", trash.name());
+    let trash_root = trash.create_as(&sandbox, &trash_name);
+    let (_trash_reaper, trash_holder) = hold_lock(&trash_root, Some(&trash.run_id));
+    let alive = |pid: i32| start_time(pid).is_some_and(|t| is_alive(Owner { pid, start_time: t }));
+
+    let listed = sandbox.list(false);
+    let entry = &listed[&kept.name()];
+    assert_eq!(entry["state"], "kept", "{entry}");
+    assert!(
+        entry["reason"]
+            .as_str()
+            .unwrap()
+            .contains("its lock is held"),
+        "{entry}"
+    );
+    let age = entry["age_secs"].as_u64().unwrap();
+    assert!((7200..7260).contains(&age), "{entry}");
+    let before = snapshot(&kept_root);
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(removed_names(&summary), vec![trash_name], "{summary}");
+    assert!(!alive(trash_holder), "{summary}");
+    assert!(
+        alive(kept_holder),
+        "plain gc killed a kept run's process: {summary}"
+    );
+    assert_eq!(before, snapshot(&kept_root));
+    let (summary, status) = sandbox.gc_json(&["--kept"]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(removed_names(&summary), vec![kept.name()], "{summary}");
+    assert!(!alive(kept_holder), "{summary}");
+}
+
+#[test]
+fn a_lock_held_outside_a_dead_run_keeps_its_root_though_the_run_left_processes() {
+    // The run's own leftovers are killed, but the lock is not theirs: the root stays, reported
+    // as held by a process outside the run (not as one gc would reclaim).
+    let sandbox = Sandbox::new();
+    let spec = RootSpec::stale(&sandbox);
+    let root = spec.create(&sandbox);
+    let (_holder, holder_pid) = hold_lock_outside_the_run(&root);
+    let (_orphan_reaper, orphan) = tagged_sleep(&spec.run_id);
+    let (state, reason) = sandbox.state_of(&spec.name());
+    assert_eq!(state, "locked", "{reason}");
+    assert!(reason.contains(&format!("pid {holder_pid} ")), "{reason}");
+    assert!(reason.contains("not part of the run"), "{reason}");
+    let before = snapshot(&root);
+    let (summary, status) = sandbox.gc_json(&[]);
+    assert_eq!(status, 0, "{summary}");
+    assert_eq!(summary["removed"], 0, "{summary}");
+    assert_eq!(
+        summary["locked"][0]["name"],
+        spec.name().as_str(),
+        "{summary}"
+    );
+    assert!(
+        !is_alive(orphan),
+        "the dead run's orphan survived: {summary}"
+    );
+    assert_eq!(before, snapshot(&root));
 }

@@ -2240,3 +2240,113 @@ async fn by_default_an_idle_client_is_pinged_every_30_s_and_a_closed_process_is_
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
+
+/// Starts `id`, whose main process lives on with two members that only membership rules find: a
+/// double-forked daemon re-parented to the server (found by its tag) and a child that cleared its
+/// environment (found as a descendant of the living main process); neither holds an output.
+/// Returns their pids.
+async fn start_hidden_members(c: &mut Client, id: &str, marker: &str) -> Vec<i32> {
+    let quiet = format!("exec </dev/null >/dev/null 2>&1; while :; do sleep 0.1; done; : {marker}");
+    let script = format!(
+        "(setsid sh -c 'echo pid $$; {quiet}' &); env -i sh -c '{quiet}' & echo pid $!; \
+         while :; do sleep 0.1; done; : {marker}"
+    );
+    c.start(id, &["sh", "-c", &script], json!({})).await;
+    let mut text = String::new();
+    while pids_in(&text).len() < 2 {
+        text.push_str(&c.output_until(id, "\n").await);
+    }
+    let pids = pids_in(&text);
+    assert!(pids.iter().all(|&p| alive(p)), "{text}");
+    pids
+}
+
+/// Waits until `pid` is gone from `/proc` (reaped, not a zombie).
+fn wait_reaped(pid: i32, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(Instant::now() < deadline, "{pid} was never reaped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn terminating_a_process_or_dropping_a_session_spares_every_other_process_and_session() {
+    // Membership is by the process's own tree, tag or output descriptors, and by the session's
+    // tag: the server's other descendants (a daemon of the same session, another session's
+    // daemon) are never members, however alive. A termination ends as soon as its set is proven
+    // empty (far below the KILL loop's 10 s bound), and every exited orphan is reaped.
+    let server = Server::start(&["--session-ttl", "0"]);
+    let mut c = server.client().await;
+    let mut other = server.client().await;
+    let sibling = start_daemon(&mut c, "d", &server.marker).await;
+    let neighbour = start_daemon(&mut other, "n", &server.marker).await;
+    let hidden = start_hidden_members(&mut c, "h", &server.marker).await;
+    let reply = c.call("process/terminate", json!({"processId": "h"})).await;
+    assert_eq!(reply.unwrap(), json!({"running": true}));
+    assert!(hidden.iter().all(|&p| !alive(p)), "a member of h survived");
+    let tree = start_resistant_tree(&mut c, "k", &server.marker).await;
+    let started = Instant::now();
+    let reply = c.call("process/terminate", json!({"processId": "k"})).await;
+    assert_eq!(reply.unwrap(), json!({"running": true}));
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        tree.iter().all(|&p| !alive(p)),
+        "replied after the tree was reaped"
+    );
+    assert!(
+        alive(sibling),
+        "a termination killed another process of its session"
+    );
+    assert!(
+        alive(neighbour),
+        "a termination killed another session's process"
+    );
+    drop(c);
+    wait_dead(&[sibling], Duration::from_secs(10));
+    wait_reaped(sibling, Duration::from_secs(5));
+    // The session's sweep by its tag follows its processes' terminations.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        alive(neighbour),
+        "ending a session killed another session's process"
+    );
+    let run_id = other.run_id.clone();
+    drop(other);
+    wait_dead(&[neighbour], Duration::from_secs(10));
+    server.stop(&run_id);
+}
+
+#[tokio::test]
+async fn terminate_sends_sigterm_to_every_member_before_any_sigkill() {
+    // A process tree that honours SIGTERM ends by it: the main process by its handler's exit
+    // status, and every other member gets its own SIGTERM (not only the first one listed).
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let m = &server.marker;
+    let script = format!(
+        "sh -c \"trap 'echo term child; exit 0' TERM; echo up; while :; do sleep 0.1; done; : {m}\" & \
+         trap 'exit 3' TERM; while :; do sleep 0.1; done; : {m}"
+    );
+    c.start("t", &["sh", "-c", &script], json!({})).await;
+    let mut text = c.output_until("t", "up").await;
+    let reply = c.call("process/terminate", json!({"processId": "t"})).await;
+    assert_eq!(reply.unwrap(), json!({"running": true}));
+    let events = c.until_closed("t").await;
+    text.push_str(&output_of(&events));
+    assert!(
+        text.contains("term child"),
+        "the child got no SIGTERM: {text:?}"
+    );
+    assert_eq!(
+        events[events.len() - 2]["params"]["exitCode"],
+        3,
+        "{events:?}"
+    );
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}

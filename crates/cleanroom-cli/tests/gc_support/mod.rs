@@ -132,6 +132,11 @@ impl Sandbox {
         cmd.arg("--state-dir").arg(&self.ns).args(args);
         cmd.env_remove("CLEANROOM_STATE_DIR");
         cmd.env_remove("CLEANROOM_EXCLUSIVE");
+        // `list` shows machine locks: a private directory keeps other users' out of the listing.
+        cmd.env(
+            "CLEANROOM_MACHINE_LOCK_DIR",
+            self.dir.path().join("machine-locks"),
+        );
         cmd
     }
 
@@ -417,6 +422,8 @@ pub struct RootSpec {
     pub files: usize,
     /// The marker's `cgroup` (what a run could have forged into its own marker).
     pub cgroup: Option<String>,
+    /// How long before now the marker says the root was created.
+    pub age_secs: u64,
 }
 
 impl RootSpec {
@@ -431,6 +438,7 @@ impl RootSpec {
             version: 1,
             files: 3,
             cgroup: None,
+            age_secs: 0,
         }
     }
 
@@ -450,7 +458,8 @@ impl RootSpec {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
-            .as_millis() as u64;
+            .as_millis() as u64
+            - self.age_secs * 1000;
         json!({
             "format": "cleanroom-root-marker",
             "version": self.version,
@@ -530,11 +539,13 @@ pub fn snapshot(path: &Path) -> BTreeMap<PathBuf, String> {
             format!("-> {}", fs::read_link(&p).unwrap().display())
         } else if m.is_file() {
             String::from_utf8_lossy(&fs::read(&p).unwrap()).into_owned()
-        } else {
+        } else if m.is_dir() {
             for e in fs::read_dir(&p).unwrap() {
                 stack.push(e.unwrap().path());
             }
             String::new()
+        } else {
+            format!("{:?}", m.file_type())
         };
         out.insert(
             p.strip_prefix(path).unwrap().to_path_buf(),
@@ -764,7 +775,15 @@ pub fn current_run_id() -> String {
 /// One process outside any run (no `CLEANROOM_RUN_ID`) holding a shared `flock` on `path`, as
 /// long as the returned reaper lives; returns once `/proc/locks` shows the lock.
 pub fn hold_lock_outside_the_run(path: &Path) -> (Reaper, i32) {
-    let child = Command::new("python3")
+    hold_lock(path, None)
+}
+
+/// One process holding a shared `flock` on `path`, tagged `CLEANROOM_RUN_ID=<run_id>` when
+/// `run_id` is given (a process the run left), as long as the returned reaper lives; returns once
+/// `/proc/locks` shows the lock.
+pub fn hold_lock(path: &Path, run_id: Option<&str>) -> (Reaper, i32) {
+    let mut command = Command::new("python3");
+    command
         .args([
             "-c",
             "import fcntl, os, sys, time\n\
@@ -774,9 +793,11 @@ pub fn hold_lock_outside_the_run(path: &Path) -> (Reaper, i32) {
         ])
         .arg(path)
         .env_remove("CLEANROOM_RUN_ID")
-        .env_remove("CLEANROOM_ROOT")
-        .spawn()
-        .unwrap();
+        .env_remove("CLEANROOM_ROOT");
+    if let Some(run_id) = run_id {
+        command.env("CLEANROOM_RUN_ID", run_id);
+    }
+    let child = command.spawn().unwrap();
     let pid = child.id() as i32;
     let reaper = Reaper::of(child);
     let ino = fs::metadata(path).unwrap().ino();
@@ -823,4 +844,34 @@ pub fn signal_all(processes: &[Owner], signal: rustix::process::Signal) {
             );
         }
     }
+}
+
+/// A `sleep` tagged `CLEANROOM_RUN_ID=<run_id>` (and no `CLEANROOM_ROOT`), as a dead run leaves
+/// it: the reaper that kills it, and its identity.
+pub fn tagged_sleep(run_id: &str) -> (Reaper, Owner) {
+    let child = Command::new("sleep")
+        .arg("300")
+        .env("CLEANROOM_RUN_ID", run_id)
+        .env_remove("CLEANROOM_ROOT")
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let owner = Owner {
+        pid,
+        start_time: start_time(pid).unwrap(),
+    };
+    (Reaper::of(child), owner)
+}
+
+/// Makes `<ns>/<name>` as a creation that failed leaves it: `marker` as the marker's text, the
+/// empty layout directories and one empty tool home. Returns its path.
+pub fn make_skeleton(sandbox: &Sandbox, name: &str, marker: &str) -> PathBuf {
+    let dir = sandbox.ns.join(name);
+    fs::create_dir(&dir).unwrap();
+    write_private(&dir.join(MARKER), marker);
+    for sub in LAYOUT {
+        fs::create_dir(dir.join(sub)).unwrap();
+    }
+    fs::create_dir(dir.join("homes/CARGO_HOME")).unwrap();
+    dir
 }
