@@ -193,6 +193,39 @@ fn every_escape_dies_when_the_runner_gets_sigint() {
     }
 }
 
+/// Every leak gets TERM and its `--leak-grace` before any SIGKILL: each of several TERM-abiding
+/// daemons sees the TERM and acts on it, and none is reported killed.
+#[test]
+fn every_leak_gets_term_and_its_grace_before_any_sigkill() {
+    let sandbox = Sandbox::new("termall");
+    let names = ["terma", "termb", "termc"];
+    let daemons: Vec<String> = names
+        .iter()
+        .map(|n| {
+            format!(
+                r#"setsid perl "$CRT_DIR/sleeper.pl" {n} "$CRT_MARK" term </dev/null >/dev/null 2>&1 &"#
+            )
+        })
+        .collect();
+    let script = format!("{}\nready {}\nexit 0", daemons.join("\n"), names.join(" "));
+    let run = sandbox.run_bash(&["--leak-grace", "5s"], &script);
+    run.assert_status(0);
+    for name in names {
+        assert!(
+            sandbox.scratch().join(format!("{name}.term")).exists(),
+            "{name} never got the TERM:\n{}",
+            run.stderr
+        );
+    }
+    assert_eq!(
+        run.report()["killed"],
+        serde_json::json!([]),
+        "a TERM-abiding leak was SIGKILLed"
+    );
+    sandbox.assert_no_survivors(&names);
+    sandbox.assert_namespace_empty();
+}
+
 #[test]
 fn leaks_are_named_on_stderr_and_in_the_report_and_on_leak_decides_the_status() {
     let sandbox = Sandbox::new("onleak");

@@ -122,6 +122,9 @@ fn sigkilled_runner_root_and_orphans_are_gone_after_gc() {
     let out = sandbox.output(&["gc", "-v"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // The kill loop proved the orphans gone; it did not give up at its bound.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("survived"), "{stderr}");
     assert!(
         stdout.contains(&format!("removed {}", crashed.root.display())),
         "{stdout}"

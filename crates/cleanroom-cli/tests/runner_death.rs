@@ -34,6 +34,28 @@ fn watchdogs_of(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// The payloads `names` of `sandbox` and its marked processes still alive 2 s from now (or as
+/// soon as none is).
+fn survivors_after_two_seconds(
+    sandbox: &Sandbox,
+    names: &[&str],
+) -> (Vec<i32>, Vec<(i32, String)>) {
+    let pids: Vec<i32> = names.iter().map(|n| sandbox.pid_of(n).unwrap()).collect();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let alive: Vec<i32> = pids
+            .iter()
+            .copied()
+            .filter(|&p| common::is_alive_pid(p))
+            .collect();
+        let marked = common::processes_with(sandbox.marker());
+        if (alive.is_empty() && marked.is_empty()) || Instant::now() > deadline {
+            break (alive, marked);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_sigkilled_runner_takes_every_process_of_its_run_along_within_two_seconds() {
     assert!(
@@ -61,22 +83,8 @@ fn a_sigkilled_runner_takes_every_process_of_its_run_along_within_two_seconds() 
         assert_eq!(watchdogs.len(), 1, "{contain}: one watchdog: {watchdogs:?}");
         runner.kill().unwrap(); // SIGKILL to the runner alone
         runner.wait().unwrap();
-        let pids: Vec<i32> = NAMES.iter().map(|n| sandbox.pid_of(n).unwrap()).collect();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let survivors = loop {
-            let alive: Vec<i32> = pids
-                .iter()
-                .copied()
-                .filter(|&p| common::is_alive_pid(p))
-                .collect();
-            let marked = common::processes_with(sandbox.marker());
-            if (alive.is_empty() && marked.is_empty()) || Instant::now() > deadline {
-                break (alive, marked);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
         assert_eq!(
-            survivors,
+            survivors_after_two_seconds(&sandbox, &NAMES),
             (vec![], vec![]),
             "{contain}: processes of the run outlived its runner by 2 s"
         );
@@ -218,4 +226,34 @@ exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
         assert!(gc.status.success(), "{contain}: {gc:?}");
         sandbox.assert_namespace_empty();
     }
+}
+
+/// On the session rung the watchdog kills the command's process group: a job of that group that
+/// dropped `CLEANROOM_RUN_ID` (so the tagged sweep misses it) dies with the runner too.
+#[test]
+fn an_untagged_job_of_the_commands_group_dies_with_a_sigkilled_runner() {
+    let sandbox = Sandbox::new("untagged");
+    let script = r#"env -u CLEANROOM_RUN_ID perl "$CRT_DIR/sleeper.pl" untagged "$CRT_MARK" hold </dev/null >/dev/null 2>&1 &
+ready untagged
+exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
+    let (mut cmd, _) = sandbox.bash_command(&["--contain", "session"], script);
+    let mut runner = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    if let Err(e) = sandbox.wait_ready(&["untagged", "main"], &runner) {
+        sandbox.stop_runner(&mut runner);
+        panic!("{e}");
+    }
+    runner.kill().unwrap(); // SIGKILL to the runner alone
+    runner.wait().unwrap();
+    assert_eq!(
+        survivors_after_two_seconds(&sandbox, &["untagged", "main"]),
+        (vec![], vec![]),
+        "the command's group outlived its runner by 2 s"
+    );
+    let gc = sandbox.command(&["gc"]).output().unwrap();
+    assert!(gc.status.success(), "{gc:?}");
+    sandbox.assert_namespace_empty();
 }

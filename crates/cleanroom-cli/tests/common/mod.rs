@@ -29,14 +29,16 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_cleanroom");
 pub const NOBODY: u32 = 65534;
 
 /// A payload that writes its pid to `$CRT_DIR/<name>.pid` (atomically) and sleeps; with a third
-/// argument `hold` it ignores SIGTERM; with `fork` it also ignores SIGTERM and forks children
-/// named MARKER (`sleep 300` with the marker as argv[0]) every millisecond until it is killed.
-/// Usage: `perl sleeper.pl NAME MARKER [hold|fork]`.
+/// argument `hold` it ignores SIGTERM; with `term` it records a SIGTERM in `$CRT_DIR/<name>.term`
+/// and exits; with `fork` it ignores SIGTERM and forks children named MARKER (`sleep 300` with
+/// the marker as argv[0]) every millisecond until it is killed.
+/// Usage: `perl sleeper.pl NAME MARKER [hold|term|fork]`.
 const SLEEPER: &str = r#"
 my ($name, $marker, $mode) = @ARGV;
 $mode //= '';
 $SIG{TERM} = 'IGNORE' if $mode eq 'hold' || $mode eq 'fork';
 $SIG{CHLD} = 'IGNORE';
+$SIG{TERM} = sub { open(my $t, '>', "$ENV{CRT_DIR}/$name.term"); close $t; exit 0 } if $mode eq 'term';
 my $path = "$ENV{CRT_DIR}/$name.pid";
 open(my $f, '>', "$path.tmp") or die "open $path.tmp: $!";
 print $f $$;
