@@ -937,3 +937,36 @@ fn lock_names_are_checked() {
         "a refused name creates nothing"
     );
 }
+
+#[test]
+fn an_owner_record_up_to_64_kib_names_its_holder_and_a_larger_one_is_ignored() {
+    let place = Place::new();
+    let env = place.env(Capabilities::default());
+    let take = |command_len: usize| {
+        let owner = LockOwner {
+            run_id: cleanroom::root::new_run_id().unwrap(),
+            command: vec!["x".repeat(command_len)],
+        };
+        let request = request(&[SUITE], LockScope::User, None);
+        lock::acquire_in(&place.ns, &request, &owner, &env, &mut |_| {}).unwrap()
+    };
+    let record = place
+        .ns
+        .path()
+        .join(format!("locks/{SUITE}.owner.{}.json", place.ns.euid()));
+    // The record grows byte for byte with the command: size it to exactly 64 KiB, then one more.
+    let probe = take(0);
+    let base = std::fs::metadata(&record).unwrap().len() as usize;
+    drop(probe);
+    for (extra, listed) in [(0, true), (1, false)] {
+        let held = take(64 * 1024 - base + extra);
+        assert_eq!(
+            std::fs::metadata(&record).unwrap().len() as usize,
+            64 * 1024 + extra
+        );
+        let infos = lock::list_in(&place.ns, &env).unwrap();
+        assert_eq!(infos.len(), usize::from(listed), "{extra} bytes over");
+        assert!(infos.iter().all(|info| info.writer_alive));
+        drop(held);
+    }
+}

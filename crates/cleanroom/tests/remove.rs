@@ -244,7 +244,7 @@ fn every_kind_of_entry_goes_in_one_walk_and_nothing_outside_is_touched() {
     fs::hard_link(&victim_file, home.join("hard")).unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &home.join("fifo"),
+        home.join("fifo"),
         rustix::fs::FileType::Fifo,
         Mode::from_raw_mode(0o600),
         0,
@@ -557,7 +557,10 @@ fn a_walk_stops_at_its_deadline_and_a_later_one_finishes() {
         (1..256).contains(&done),
         "one look at the clock per 256 entries: {cut:?}"
     );
-    assert_eq!(names_in(&cut.path.join("home")).len() as u64, 600 - cut.stats.files);
+    assert_eq!(
+        names_in(&cut.path.join("home")).len() as u64,
+        600 - cut.stats.files
+    );
     let trash = cut.path.clone();
     assert_eq!(
         fs::metadata(trash.join(MARKER_FILE)).unwrap().ino(),
