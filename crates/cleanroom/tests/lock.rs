@@ -707,6 +707,15 @@ fn a_held_lock_has_a_private_record_and_token_and_release_leaves_only_the_lock_f
         !record.contains(&token),
         "the record must not carry the token"
     );
+    // `list` (the process's own environment) finds it too, whatever the machine directory holds.
+    let listed = lock::list(&place.ns).unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .filter(|info| info.record.scope == LockScope::User)
+            .count(),
+        1
+    );
     drop(held);
     assert_eq!(place.user_lock_files(), ["suite.lock"]);
 }
@@ -968,5 +977,63 @@ fn an_owner_record_up_to_64_kib_names_its_holder_and_a_larger_one_is_ignored() {
         assert_eq!(infos.len(), usize::from(listed), "{extra} bytes over");
         assert!(infos.iter().all(|info| info.writer_alive));
         drop(held);
+    }
+}
+
+#[test]
+fn a_waiter_is_told_once_per_notice_interval_whom_it_waits_for() {
+    let place = Place::new();
+    let held = place
+        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
+        .unwrap();
+    let mut notices = Vec::new();
+    let err = lock::acquire_in(
+        &place.ns,
+        &request(&[SUITE], LockScope::User, Some(Duration::from_millis(400))),
+        &owner("waiter"),
+        &place.env(Capabilities::default()),
+        &mut |text| notices.push(text.to_string()),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(notices[0].starts_with("waiting for lock suite, held by run "));
+    drop(held);
+}
+
+#[test]
+fn an_existing_machine_directory_is_judged_by_its_mode_and_never_chmodded() {
+    let place = Place::new();
+    for (i, (mode, accepted)) in [
+        (0o755, true),
+        (0o700, true),
+        (0o1770, true),
+        (0o775, false),
+        (0o757, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = place.tmp.path().join(format!("machine-{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let env = LockEnv {
+            inherited: Capabilities::default(),
+            machine_dir: dir.clone(),
+        };
+        let request = request(&[SUITE], LockScope::Machine, Some(Duration::ZERO));
+        let taken = lock::acquire_in(&place.ns, &request, &owner("in-process"), &env, &mut |_| {});
+        match taken {
+            Ok(held) => assert!(accepted, "{mode:04o} was accepted: {held:?}"),
+            Err(e) => {
+                assert!(!accepted, "{mode:04o}: {e}");
+                assert!(e.to_string().contains("without the sticky bit"), "{e}");
+            }
+        }
+        assert_eq!(
+            mode_of(&dir),
+            mode,
+            "the mode of an existing directory changed"
+        );
     }
 }
