@@ -7,6 +7,8 @@
 //! namespace in a temporary directory, and machine-scope tests point the machine lock directory
 //! into it, so nothing outside is touched and nothing is left behind.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -1036,4 +1038,119 @@ fn an_existing_machine_directory_is_judged_by_its_mode_and_never_chmodded() {
             "the mode of an existing directory changed"
         );
     }
+}
+
+#[test]
+fn forged_owner_records_are_never_listed() {
+    let place = Place::new();
+    let held = place
+        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
+        .unwrap();
+    let uid = place.ns.euid();
+    let dir = place.ns.path().join("locks");
+    let real: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join(format!("{SUITE}.owner.{uid}.json"))).unwrap(),
+    )
+    .unwrap();
+    // A copy of the live record for lock `name`, with one field changed.
+    let forged = |name: &str, field: &str, value: serde_json::Value| {
+        let mut record = real.clone();
+        record["name"] = name.into();
+        record[field] = value;
+        serde_json::to_vec(&record).unwrap()
+    };
+    let write = |file: &str, bytes: &[u8]| std::fs::write(dir.join(file), bytes).unwrap();
+    write(
+        &format!("format.owner.{uid}.json"),
+        &forged("format", "format", "other".into()),
+    );
+    write(
+        &format!("version.owner.{uid}.json"),
+        &forged("version", "version", 2.into()),
+    );
+    write(
+        &format!("scope.owner.{uid}.json"),
+        &forged("scope", "scope", "machine".into()),
+    );
+    write(
+        &format!("euid.owner.{uid}.json"),
+        &forged("euid", "euid", (uid + 1).into()),
+    );
+    write(
+        &format!("named.owner.{uid}.json"),
+        &forged("other", "run_id", "x".into()),
+    );
+    // Well-formed, but under a file name of another uid than its owner's, or an invalid name.
+    let other_uid = forged("owner", "euid", (uid + 1).into());
+    write(&format!("owner.owner.{}.json", uid + 1), &other_uid);
+    write(
+        &format!(".hidden.owner.{uid}.json"),
+        &forged(".hidden", "run_id", "x".into()),
+    );
+    // A symlink to a well-formed record, a FIFO (which must not block the reader), a directory.
+    let elsewhere = place.tmp.path().join("elsewhere.json");
+    std::fs::write(&elsewhere, forged("link", "run_id", "x".into())).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join(format!("link.owner.{uid}.json"))).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        dir.join(format!("fifo.owner.{uid}.json")),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    std::fs::create_dir(dir.join(format!("dir.owner.{uid}.json"))).unwrap();
+
+    let listed = lock::list_in(&place.ns, &place.env(Capabilities::default())).unwrap();
+    let names: Vec<&str> = listed.iter().map(|i| i.record.name.as_str()).collect();
+    assert_eq!(names, [SUITE], "{listed:?}");
+    drop(held);
+}
+
+#[test]
+fn a_token_file_that_is_not_a_private_regular_file_of_ours_lets_nobody_join() {
+    let place = Place::new();
+    let outer = place
+        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
+        .unwrap();
+    let inherited = Capabilities::parse(&tokens_of(&outer));
+    let join = || {
+        place.acquire(
+            &[SUITE],
+            LockScope::User,
+            Some(Duration::ZERO),
+            inherited.clone(),
+        )
+    };
+    drop(join().expect("the untouched token file lets the nested run join"));
+    let token = place
+        .ns
+        .path()
+        .join(format!("locks/{SUITE}.token.{}", place.ns.euid()));
+    let copy = place.tmp.path().join("token-copy");
+    std::fs::copy(&token, &copy).unwrap();
+    let tampered: [(&str, &dyn Fn()); 3] = [
+        ("readable by the group", &|| {
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o640)).unwrap()
+        }),
+        ("a symlink to a copy", &|| {
+            std::fs::remove_file(&token).unwrap();
+            std::os::unix::fs::symlink(&copy, &token).unwrap();
+        }),
+        ("owned by someone else", &|| {
+            std::fs::remove_file(&token).unwrap();
+            std::fs::copy(&copy, &token).unwrap();
+            std::os::unix::fs::chown(&token, Some(place.ns.euid() + 1), None).unwrap();
+        }),
+    ];
+    for (how, tamper) in tampered {
+        if how == "owned by someone else" && !support::root_or_skip("a token file of another owner")
+        {
+            continue;
+        }
+        tamper();
+        let err = join().expect_err(how);
+        assert!(matches!(err, Error::LockTimeout { .. }), "{how}: {err}");
+    }
+    drop(outer);
 }
