@@ -1154,3 +1154,39 @@ fn a_token_file_that_is_not_a_private_regular_file_of_ours_lets_nobody_join() {
     }
     drop(outer);
 }
+
+#[test]
+fn release_removes_only_the_files_it_published_and_list_creates_nothing() {
+    let place = Place::new();
+    let env = place.env(Capabilities::default());
+    assert!(lock::list_in(&place.ns, &env).unwrap().is_empty());
+    assert!(
+        !place.ns.path().join("locks").exists() && !place.machine_dir().exists(),
+        "list made a lock directory"
+    );
+    let held = place
+        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
+        .unwrap();
+    // Someone replaced the published record and token while the lock was held: release must
+    // leave what it did not write.
+    let uid = place.ns.euid();
+    let dir = place.ns.path().join("locks");
+    for name in [
+        format!("{SUITE}.owner.{uid}.json"),
+        format!("{SUITE}.token.{uid}"),
+    ] {
+        let other = dir.join("replacement");
+        std::fs::write(&other, "not the holder's").unwrap();
+        std::fs::rename(&other, dir.join(&name)).unwrap();
+    }
+    drop(held);
+    for name in [
+        format!("{SUITE}.owner.{uid}.json"),
+        format!("{SUITE}.token.{uid}"),
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(dir.join(&name)).unwrap(),
+            "not the holder's"
+        );
+    }
+}
