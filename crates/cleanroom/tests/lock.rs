@@ -1190,3 +1190,45 @@ fn release_removes_only_the_files_it_published_and_list_creates_nothing() {
         );
     }
 }
+
+#[test]
+fn a_lock_file_planted_as_a_symlink_or_fifo_is_refused_and_its_target_untouched() {
+    let place = Place::new();
+    drop(
+        place
+            .acquire(&["other"], LockScope::User, None, Capabilities::default())
+            .unwrap(),
+    );
+    let target = place.tmp.path().join("target");
+    std::fs::write(&target, "precious\n").unwrap();
+    let lock_file = place.ns.path().join(format!("locks/{SUITE}.lock"));
+    std::os::unix::fs::symlink(&target, &lock_file).unwrap();
+    let err = place
+        .acquire(
+            &[SUITE],
+            LockScope::User,
+            Some(Duration::ZERO),
+            Capabilities::default(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("open lock file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
+    std::fs::remove_file(&lock_file).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &lock_file,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let err = place
+        .acquire(
+            &[SUITE],
+            LockScope::User,
+            Some(Duration::ZERO),
+            Capabilities::default(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+}
