@@ -1108,7 +1108,7 @@ fn forged_owner_records_are_never_listed() {
 }
 
 #[test]
-fn a_token_file_that_is_not_a_private_regular_file_of_ours_lets_nobody_join() {
+fn a_token_file_not_private_to_us_or_a_record_whose_writer_is_gone_lets_nobody_join() {
     let place = Place::new();
     let outer = place
         .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
@@ -1152,6 +1152,20 @@ fn a_token_file_that_is_not_a_private_regular_file_of_ours_lets_nobody_join() {
         let err = join().expect_err(how);
         assert!(matches!(err, Error::LockTimeout { .. }), "{how}: {err}");
     }
+    // The right token again, but the record beside it is no longer held open by its writer
+    // (as a crashed holder's, while another process holds the kernel lock): not joinable.
+    std::fs::remove_file(&token).unwrap();
+    std::fs::copy(&copy, &token).unwrap();
+    drop(join().expect("the restored token file lets the nested run join"));
+    let record = place
+        .ns
+        .path()
+        .join(format!("locks/{SUITE}.owner.{}.json", place.ns.euid()));
+    let stale = place.tmp.path().join("stale-record");
+    std::fs::copy(&record, &stale).unwrap();
+    std::fs::rename(&stale, &record).unwrap();
+    let err = join().expect_err("a stale record");
+    assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
     drop(outer);
 }
 
