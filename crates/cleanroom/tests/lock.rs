@@ -1130,14 +1130,15 @@ fn a_token_file_not_private_to_us_or_a_record_whose_writer_is_gone_lets_nobody_j
     let copy = place.tmp.path().join("token-copy");
     std::fs::copy(&token, &copy).unwrap();
     let tampered: [(&str, &dyn Fn()); 4] = [
+        // Each starts from the file the previous one left (the first from the real one).
+        ("readable by the group", &|| {
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o640)).unwrap()
+        }),
         ("a FIFO, which must not block the reader", &|| {
             std::fs::remove_file(&token).unwrap();
             let fifo = rustix::fs::Mode::from_raw_mode(0o600);
             rustix::fs::mknodat(rustix::fs::CWD, &token, rustix::fs::FileType::Fifo, fifo, 0)
                 .unwrap();
-        }),
-        ("readable by the group", &|| {
-            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o640)).unwrap()
         }),
         ("a symlink to a copy", &|| {
             std::fs::remove_file(&token).unwrap();
