@@ -1090,6 +1090,9 @@ mod tests {
         let b = Token::parse("00112233445566778899aabbccddeefe").unwrap();
         assert!(a.matches(&a));
         assert!(!a.matches(&b));
+        // Two bytes off by the same bits: differences must add up, never cancel out.
+        let c = Token::parse("01102233445566778899aabbccddeeff").unwrap();
+        assert!(!a.matches(&c) && !c.matches(&a));
         assert_eq!(format!("{a:?}"), "Token(..)");
         assert!(!format!(
             "{:?}",

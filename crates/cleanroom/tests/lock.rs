@@ -7,6 +7,8 @@
 //! namespace in a temporary directory, and machine-scope tests point the machine lock directory
 //! into it, so nothing outside is touched and nothing is left behind.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -707,6 +709,15 @@ fn a_held_lock_has_a_private_record_and_token_and_release_leaves_only_the_lock_f
         !record.contains(&token),
         "the record must not carry the token"
     );
+    // `list` (the process's own environment) finds it too, whatever the machine directory holds.
+    let listed = lock::list(&place.ns).unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .filter(|info| info.record.scope == LockScope::User)
+            .count(),
+        1
+    );
     drop(held);
     assert_eq!(place.user_lock_files(), ["suite.lock"]);
 }
@@ -936,4 +947,309 @@ fn lock_names_are_checked() {
         place.user_lock_files().is_empty(),
         "a refused name creates nothing"
     );
+}
+
+#[test]
+fn an_owner_record_up_to_64_kib_names_its_holder_and_a_larger_one_is_ignored() {
+    let place = Place::new();
+    let env = place.env(Capabilities::default());
+    let take = |command_len: usize| {
+        let owner = LockOwner {
+            run_id: cleanroom::root::new_run_id().unwrap(),
+            command: vec!["x".repeat(command_len)],
+        };
+        let request = request(&[SUITE], LockScope::User, None);
+        lock::acquire_in(&place.ns, &request, &owner, &env, &mut |_| {}).unwrap()
+    };
+    let record = place
+        .ns
+        .path()
+        .join(format!("locks/{SUITE}.owner.{}.json", place.ns.euid()));
+    // The record grows byte for byte with the command: size it to exactly 64 KiB, then one more.
+    let probe = take(0);
+    let base = std::fs::metadata(&record).unwrap().len() as usize;
+    drop(probe);
+    for (extra, listed) in [(0, true), (1, false)] {
+        let held = take(64 * 1024 - base + extra);
+        assert_eq!(
+            std::fs::metadata(&record).unwrap().len() as usize,
+            64 * 1024 + extra
+        );
+        let infos = lock::list_in(&place.ns, &env).unwrap();
+        assert_eq!(infos.len(), usize::from(listed), "{extra} bytes over");
+        assert!(infos.iter().all(|info| info.writer_alive));
+        drop(held);
+    }
+}
+
+#[test]
+fn a_waiter_is_told_once_per_notice_interval_whom_it_waits_for() {
+    let place = Place::new();
+    let held = place
+        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
+        .unwrap();
+    let mut notices = Vec::new();
+    let err = lock::acquire_in(
+        &place.ns,
+        &request(&[SUITE], LockScope::User, Some(Duration::from_millis(400))),
+        &owner("waiter"),
+        &place.env(Capabilities::default()),
+        &mut |text| notices.push(text.to_string()),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(notices[0].starts_with("waiting for lock suite, held by run "));
+    drop(held);
+}
+
+#[test]
+fn an_existing_machine_directory_is_judged_by_its_mode_and_never_chmodded() {
+    let place = Place::new();
+    for (i, (mode, accepted)) in [
+        (0o755, true),
+        (0o700, true),
+        (0o1770, true),
+        (0o775, false),
+        (0o757, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = place.tmp.path().join(format!("machine-{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let env = LockEnv {
+            inherited: Capabilities::default(),
+            machine_dir: dir.clone(),
+        };
+        let request = request(&[SUITE], LockScope::Machine, Some(Duration::ZERO));
+        let taken = lock::acquire_in(&place.ns, &request, &owner("in-process"), &env, &mut |_| {});
+        match taken {
+            Ok(held) => assert!(accepted, "{mode:04o} was accepted: {held:?}"),
+            Err(e) => {
+                assert!(!accepted, "{mode:04o}: {e}");
+                assert!(e.to_string().contains("without the sticky bit"), "{e}");
+            }
+        }
+        assert_eq!(
+            mode_of(&dir),
+            mode,
+            "the mode of an existing directory changed"
+        );
+    }
+}
+
+#[test]
+fn forged_owner_records_are_never_listed() {
+    let place = Place::new();
+    let held = place
+        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
+        .unwrap();
+    let uid = place.ns.euid();
+    let dir = place.ns.path().join("locks");
+    let real: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join(format!("{SUITE}.owner.{uid}.json"))).unwrap(),
+    )
+    .unwrap();
+    // A copy of the live record for lock `name`, with one field changed.
+    let forged = |name: &str, field: &str, value: serde_json::Value| {
+        let mut record = real.clone();
+        record["name"] = name.into();
+        record[field] = value;
+        serde_json::to_vec(&record).unwrap()
+    };
+    let write = |file: &str, bytes: &[u8]| std::fs::write(dir.join(file), bytes).unwrap();
+    write(
+        &format!("format.owner.{uid}.json"),
+        &forged("format", "format", "other".into()),
+    );
+    write(
+        &format!("version.owner.{uid}.json"),
+        &forged("version", "version", 2.into()),
+    );
+    write(
+        &format!("scope.owner.{uid}.json"),
+        &forged("scope", "scope", "machine".into()),
+    );
+    write(
+        &format!("euid.owner.{uid}.json"),
+        &forged("euid", "euid", (uid + 1).into()),
+    );
+    write(
+        &format!("named.owner.{uid}.json"),
+        &forged("other", "run_id", "x".into()),
+    );
+    // Well-formed, but under a file name of another uid than its owner's, or an invalid name.
+    let other_uid = forged("owner", "euid", (uid + 1).into());
+    write(&format!("owner.owner.{}.json", uid + 1), &other_uid);
+    write(
+        &format!(".hidden.owner.{uid}.json"),
+        &forged(".hidden", "run_id", "x".into()),
+    );
+    // A symlink to a well-formed record, a FIFO (which must not block the reader), a directory.
+    let elsewhere = place.tmp.path().join("elsewhere.json");
+    std::fs::write(&elsewhere, forged("link", "run_id", "x".into())).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join(format!("link.owner.{uid}.json"))).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        dir.join(format!("fifo.owner.{uid}.json")),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    std::fs::create_dir(dir.join(format!("dir.owner.{uid}.json"))).unwrap();
+
+    let listed = lock::list_in(&place.ns, &place.env(Capabilities::default())).unwrap();
+    let names: Vec<&str> = listed.iter().map(|i| i.record.name.as_str()).collect();
+    assert_eq!(names, [SUITE], "{listed:?}");
+    drop(held);
+}
+
+#[test]
+fn a_token_file_not_private_to_us_or_a_record_whose_writer_is_gone_lets_nobody_join() {
+    let place = Place::new();
+    let outer = place
+        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
+        .unwrap();
+    let inherited = Capabilities::parse(&tokens_of(&outer));
+    let join = || {
+        place.acquire(
+            &[SUITE],
+            LockScope::User,
+            Some(Duration::ZERO),
+            inherited.clone(),
+        )
+    };
+    drop(join().expect("the untouched token file lets the nested run join"));
+    let token = place
+        .ns
+        .path()
+        .join(format!("locks/{SUITE}.token.{}", place.ns.euid()));
+    let copy = place.tmp.path().join("token-copy");
+    std::fs::copy(&token, &copy).unwrap();
+    let tampered: [(&str, &dyn Fn()); 4] = [
+        // Each starts from the file the previous one left (the first from the real one).
+        ("readable by the group", &|| {
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o640)).unwrap()
+        }),
+        ("a FIFO, which must not block the reader", &|| {
+            std::fs::remove_file(&token).unwrap();
+            let fifo = rustix::fs::Mode::from_raw_mode(0o600);
+            rustix::fs::mknodat(rustix::fs::CWD, &token, rustix::fs::FileType::Fifo, fifo, 0)
+                .unwrap();
+        }),
+        ("a symlink to a copy", &|| {
+            std::fs::remove_file(&token).unwrap();
+            std::os::unix::fs::symlink(&copy, &token).unwrap();
+        }),
+        ("owned by someone else", &|| {
+            std::fs::remove_file(&token).unwrap();
+            std::fs::copy(&copy, &token).unwrap();
+            std::os::unix::fs::chown(&token, Some(place.ns.euid() + 1), None).unwrap();
+        }),
+    ];
+    for (how, tamper) in tampered {
+        if how == "owned by someone else" && !support::root_or_skip("a token file of another owner")
+        {
+            continue;
+        }
+        tamper();
+        let err = join().expect_err(how);
+        assert!(matches!(err, Error::LockTimeout { .. }), "{how}: {err}");
+    }
+    // The right token again, but the record beside it is no longer held open by its writer
+    // (as a crashed holder's, while another process holds the kernel lock): not joinable.
+    std::fs::remove_file(&token).unwrap();
+    std::fs::copy(&copy, &token).unwrap();
+    drop(join().expect("the restored token file lets the nested run join"));
+    let record = place
+        .ns
+        .path()
+        .join(format!("locks/{SUITE}.owner.{}.json", place.ns.euid()));
+    let stale = place.tmp.path().join("stale-record");
+    std::fs::copy(&record, &stale).unwrap();
+    std::fs::rename(&stale, &record).unwrap();
+    let err = join().expect_err("a stale record");
+    assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
+    drop(outer);
+}
+
+#[test]
+fn release_removes_only_the_files_it_published_and_list_creates_nothing() {
+    let place = Place::new();
+    let env = place.env(Capabilities::default());
+    assert!(lock::list_in(&place.ns, &env).unwrap().is_empty());
+    assert!(
+        !place.ns.path().join("locks").exists() && !place.machine_dir().exists(),
+        "list made a lock directory"
+    );
+    let held = place
+        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
+        .unwrap();
+    // Someone replaced the published record and token while the lock was held: release must
+    // leave what it did not write.
+    let uid = place.ns.euid();
+    let dir = place.ns.path().join("locks");
+    for name in [
+        format!("{SUITE}.owner.{uid}.json"),
+        format!("{SUITE}.token.{uid}"),
+    ] {
+        let other = dir.join("replacement");
+        std::fs::write(&other, "not the holder's").unwrap();
+        std::fs::rename(&other, dir.join(&name)).unwrap();
+    }
+    drop(held);
+    for name in [
+        format!("{SUITE}.owner.{uid}.json"),
+        format!("{SUITE}.token.{uid}"),
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(dir.join(&name)).unwrap(),
+            "not the holder's"
+        );
+    }
+}
+
+#[test]
+fn a_lock_file_planted_as_a_symlink_or_fifo_is_refused_and_its_target_untouched() {
+    let place = Place::new();
+    drop(
+        place
+            .acquire(&["other"], LockScope::User, None, Capabilities::default())
+            .unwrap(),
+    );
+    let target = place.tmp.path().join("target");
+    std::fs::write(&target, "precious\n").unwrap();
+    let lock_file = place.ns.path().join(format!("locks/{SUITE}.lock"));
+    std::os::unix::fs::symlink(&target, &lock_file).unwrap();
+    let err = place
+        .acquire(
+            &[SUITE],
+            LockScope::User,
+            Some(Duration::ZERO),
+            Capabilities::default(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("open lock file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
+    std::fs::remove_file(&lock_file).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &lock_file,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let err = place
+        .acquire(
+            &[SUITE],
+            LockScope::User,
+            Some(Duration::ZERO),
+            Capabilities::default(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
 }
