@@ -49,6 +49,12 @@ impl Place {
     }
 
     /// Takes `names` in this process, as a run whose command is `["in-process", tag]`.
+    /// The user-scope lock `SUITE`, held (no timeout, no inherited capabilities).
+    fn hold_suite(&self) -> HeldLocks {
+        self.acquire(&[SUITE], LockScope::User, None, Capabilities::default())
+            .unwrap()
+    }
+
     fn acquire(
         &self,
         names: &[&str],
@@ -548,9 +554,7 @@ fn a_stale_owner_record_is_described_as_dead_and_never_trusted() {
 #[test]
 fn a_nested_run_with_the_inherited_token_joins_as_a_member() {
     let place = Place::new();
-    let outer = place
-        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
-        .unwrap();
+    let outer = place.hold_suite();
     let inherited = tokens_of(&outer);
     let vars = [
         (TOKENS_ENV, inherited.clone()),
@@ -644,9 +648,7 @@ fn forged_malformed_or_misdirected_tokens_never_join() {
 #[test]
 fn only_the_original_holder_releases() {
     let place = Place::new();
-    let outer = place
-        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
-        .unwrap();
+    let outer = place.hold_suite();
     let inherited = Capabilities::parse(&tokens_of(&outer));
     let member = place
         .acquire(&[SUITE], LockScope::User, Some(Duration::ZERO), inherited)
@@ -686,9 +688,7 @@ fn only_the_original_holder_releases() {
 #[test]
 fn a_held_lock_has_a_private_record_and_token_and_release_leaves_only_the_lock_file() {
     let place = Place::new();
-    let held = place
-        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
-        .unwrap();
+    let held = place.hold_suite();
     let uid = place.ns.euid();
     let dir = place.ns.path().join("locks");
     assert_eq!(mode_of(&dir), 0o700);
@@ -985,9 +985,7 @@ fn an_owner_record_up_to_64_kib_names_its_holder_and_a_larger_one_is_ignored() {
 #[test]
 fn a_waiter_is_told_once_per_notice_interval_whom_it_waits_for() {
     let place = Place::new();
-    let held = place
-        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
-        .unwrap();
+    let held = place.hold_suite();
     let mut notices = Vec::new();
     let err = lock::acquire_in(
         &place.ns,
@@ -1043,9 +1041,7 @@ fn an_existing_machine_directory_is_judged_by_its_mode_and_never_chmodded() {
 #[test]
 fn forged_owner_records_are_never_listed() {
     let place = Place::new();
-    let held = place
-        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
-        .unwrap();
+    let held = place.hold_suite();
     let uid = place.ns.euid();
     let dir = place.ns.path().join("locks");
     let real: serde_json::Value = serde_json::from_slice(
@@ -1110,9 +1106,7 @@ fn forged_owner_records_are_never_listed() {
 #[test]
 fn a_token_file_not_private_to_us_or_a_record_whose_writer_is_gone_lets_nobody_join() {
     let place = Place::new();
-    let outer = place
-        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
-        .unwrap();
+    let outer = place.hold_suite();
     let inherited = Capabilities::parse(&tokens_of(&outer));
     let join = || {
         place.acquire(
@@ -1185,9 +1179,7 @@ fn release_removes_only_the_files_it_published_and_list_creates_nothing() {
         !place.ns.path().join("locks").exists() && !place.machine_dir().exists(),
         "list made a lock directory"
     );
-    let held = place
-        .acquire(&[SUITE], LockScope::User, None, Capabilities::default())
-        .unwrap();
+    let held = place.hold_suite();
     // Someone replaced the published record and token while the lock was held: release must
     // leave what it did not write.
     let uid = place.ns.euid();
