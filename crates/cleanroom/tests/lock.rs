@@ -55,6 +55,16 @@ impl Place {
             .unwrap()
     }
 
+    /// One attempt at the user-scope lock `SUITE`, without waiting.
+    fn try_suite_now(&self) -> cleanroom::Result<HeldLocks> {
+        self.acquire(
+            &[SUITE],
+            LockScope::User,
+            Some(Duration::ZERO),
+            Capabilities::default(),
+        )
+    }
+
     fn acquire(
         &self,
         names: &[&str],
@@ -497,14 +507,7 @@ fn a_lock_timeout_names_the_holders_pid_and_command() {
     assert!(message.starts_with("timed out waiting for lock \"suite\": held by run "));
 
     assert!(holder.finish().success());
-    let held = place
-        .acquire(
-            &[SUITE],
-            LockScope::User,
-            Some(Duration::ZERO),
-            Capabilities::default(),
-        )
-        .unwrap();
+    let held = place.try_suite_now().unwrap();
     drop(held);
     place.assert_only_lock_files_remain();
 }
@@ -569,14 +572,7 @@ fn a_nested_run_with_the_inherited_token_joins_as_a_member() {
     assert!(nested.finish().success());
 
     // The member's exit released nothing: the outer run still holds the lock.
-    let err = place
-        .acquire(
-            &[SUITE],
-            LockScope::User,
-            Some(Duration::ZERO),
-            Capabilities::default(),
-        )
-        .unwrap_err();
+    let err = place.try_suite_now().unwrap_err();
     assert!(
         err.to_string().contains("command in-process --flag"),
         "{err}"
@@ -671,14 +667,7 @@ fn only_the_original_holder_releases() {
             .unwrap()
             .is_empty()
     );
-    let again = place
-        .acquire(
-            &[SUITE],
-            LockScope::User,
-            Some(Duration::ZERO),
-            Capabilities::default(),
-        )
-        .unwrap();
+    let again = place.try_suite_now().unwrap();
     assert_eq!(roles(&again), [(SUITE.to_string(), LockRole::Holder)]);
 }
 
@@ -751,14 +740,7 @@ fn machine_locks_live_in_a_sticky_shared_directory_with_readable_records() {
     drop(member);
 
     // A user lock of the same name is another lock.
-    let user = place
-        .acquire(
-            &[SUITE],
-            LockScope::User,
-            Some(Duration::ZERO),
-            Capabilities::default(),
-        )
-        .unwrap();
+    let user = place.try_suite_now().unwrap();
     let err = place
         .acquire(
             &[SUITE],
@@ -1216,14 +1198,7 @@ fn a_lock_file_planted_as_a_symlink_or_fifo_is_refused_and_its_target_untouched(
     std::fs::write(&target, "precious\n").unwrap();
     let lock_file = place.ns.path().join(format!("locks/{SUITE}.lock"));
     std::os::unix::fs::symlink(&target, &lock_file).unwrap();
-    let err = place
-        .acquire(
-            &[SUITE],
-            LockScope::User,
-            Some(Duration::ZERO),
-            Capabilities::default(),
-        )
-        .unwrap_err();
+    let err = place.try_suite_now().unwrap_err();
     assert!(err.to_string().contains("open lock file"), "{err}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
     std::fs::remove_file(&lock_file).unwrap();
@@ -1235,13 +1210,6 @@ fn a_lock_file_planted_as_a_symlink_or_fifo_is_refused_and_its_target_untouched(
         0,
     )
     .unwrap();
-    let err = place
-        .acquire(
-            &[SUITE],
-            LockScope::User,
-            Some(Duration::ZERO),
-            Capabilities::default(),
-        )
-        .unwrap_err();
+    let err = place.try_suite_now().unwrap_err();
     assert!(err.to_string().contains("not a regular file"), "{err}");
 }
