@@ -14,6 +14,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
+use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -581,25 +582,21 @@ async fn write_pipe(pipe: &mut ChildStdin, data: &[u8]) -> std::io::Result<()> {
 }
 
 /// The `process/output` notification of one chunk, written by hand: the chunk is the bulk of
-/// the bytes, and base64 needs no escaping, so it is encoded in one pass straight into the
-/// message's buffer (no `Value`, no escaping scan, no intermediate string).
+/// the bytes, and base64 needs no escaping, so it is encoded straight into the message (no
+/// `Value`, no escaping scan, no intermediate string).
 fn output_notification(id: &str, seq: u64, stream: StreamKind, data: &[u8]) -> String {
     let id = Value::from(id).to_string();
-    let head = format!(
-        r#"{{"jsonrpc":"2.0","method":"process/output","params":{{"processId":{id},"seq":{seq},"stream":"{}","chunk":""#,
+    let mut text = String::with_capacity(data.len() * 4 / 3 + id.len() + 100);
+    text.push_str(r#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":"#);
+    text.push_str(&id);
+    let _ = write!(
+        text,
+        r#","seq":{seq},"stream":"{}","chunk":""#,
         stream.name()
     );
-    const TAIL: &str = r#""}}"#;
-    let encoded = base64::encoded_len(data.len(), true).expect("a chunk's base64 fits in memory");
-    let mut text = Vec::with_capacity(head.len() + encoded + TAIL.len());
-    text.extend_from_slice(head.as_bytes());
-    text.resize(head.len() + encoded, 0);
-    let written = BASE64
-        .encode_slice(data, &mut text[head.len()..])
-        .expect("the buffer has the encoded length");
-    debug_assert_eq!(written, encoded);
-    text.extend_from_slice(TAIL.as_bytes());
-    String::from_utf8(text).expect("JSON text and base64 are UTF-8")
+    BASE64.encode_string(data, &mut text);
+    text.push_str(r#""}}"#);
+    text
 }
 
 /// See [`Process::hold_exit`].
