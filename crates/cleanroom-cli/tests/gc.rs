@@ -1451,6 +1451,14 @@ fn what_a_failed_creation_leaves_is_reclaimed_once_a_minute_old() {
     skeleton(&cut_marker, "{\"format\":\"cleanroom-root-marker\",\"vers");
     let empty_dir = pending(&new_run_id());
     fs::create_dir(sandbox.ns.join(&empty_dir)).unwrap();
+    // The shape this build creates (no XDG base directories), beside the older, larger one.
+    let current_shape = pending(&new_run_id());
+    let dir = sandbox.ns.join(&current_shape);
+    fs::create_dir(&dir).unwrap();
+    write_private(&dir.join(MARKER), "");
+    for sub in cleanroom::root::LAYOUT_DIRS {
+        fs::create_dir(dir.join(sub)).unwrap();
+    }
     let young = pending(&current_run_id());
     skeleton(&young, "");
     let with_data = pending(&new_run_id());
@@ -1463,7 +1471,7 @@ fn what_a_failed_creation_leaves_is_reclaimed_once_a_minute_old() {
     fs::write(dir.join(MARKER).join("inside"), "x").unwrap();
 
     let listed = sandbox.list(false);
-    for name in [&empty_marker, &cut_marker, &empty_dir] {
+    for name in [&empty_marker, &cut_marker, &empty_dir, &current_shape] {
         assert_eq!(
             listed[name]["state"], "leftover",
             "{name}: {}",
@@ -1485,7 +1493,7 @@ fn what_a_failed_creation_leaves_is_reclaimed_once_a_minute_old() {
     );
     let (summary, status) = sandbox.gc_json(&[]);
     assert_eq!(status, 0, "{summary}");
-    let mut want = vec![empty_marker, cut_marker, empty_dir];
+    let mut want = vec![empty_marker, cut_marker, empty_dir, current_shape];
     want.sort();
     assert_eq!(removed_names(&summary), want, "{summary}");
     let mut left = vec![with_data.clone(), marker_dir.clone(), young.clone()];

@@ -31,15 +31,27 @@ const PINNED: [&str; 11] = [
     "CRT_PINNED_HOME",
 ];
 
+/// The pinned XDG base directories a root is not created with (the first program that writes
+/// there makes them, as the XDG base directory specification asks).
+const LAZY_XDG: [&str; 4] = [
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+];
+
 #[test]
 fn pinned_variables_point_inside_the_root_which_is_gone_afterwards() {
     let sandbox = Sandbox::new("pins");
-    // One line per variable: NAME, value, and whether the command can write there.
+    // One line per variable: NAME, value, its mode when the command started (or "missing"),
+    // and whether the command can write there (after `mkdir -p`, as the XDG spec asks of a
+    // program that finds a base directory missing).
     let script = format!(
         r#"for v in CLEANROOM_ROOT {}; do
              eval "d=\${{$v-}}"
-             if touch "$d/probe" 2>/dev/null; then w=writable; else w=not-writable; fi
-             printf '%s\t%s\t%s\n' "$v" "$d" "$w"
+             m=$(stat -c %a "$d" 2>/dev/null || echo missing)
+             if mkdir -p "$d" && touch "$d/probe" 2>/dev/null; then w=writable; else w=not-writable; fi
+             printf '%s\t%s\t%s\t%s\n' "$v" "$d" "$m" "$w"
            done"#,
         PINNED.join(" ")
     );
@@ -56,9 +68,17 @@ fn pinned_variables_point_inside_the_root_which_is_gone_afterwards() {
     let mut seen = Vec::new();
     for line in run.stdout.lines() {
         let fields: Vec<&str> = line.split('\t').collect();
-        let [var, value, writable] = fields[..] else {
+        let [var, value, mode, writable] = fields[..] else {
             panic!("unexpected line {line:?}");
         };
+        // The four XDG base directories are the programs' to create; everything else exists,
+        // private, before the command starts.
+        let made_by_programs = LAZY_XDG.contains(&var);
+        let expected_mode = if made_by_programs { "missing" } else { "700" };
+        assert_eq!(
+            mode, expected_mode,
+            "{var}={value} when the command started"
+        );
         let value = Path::new(value);
         if var == "CLEANROOM_ROOT" {
             assert_eq!(value, root, "CLEANROOM_ROOT is the root");

@@ -19,7 +19,20 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use serde_json::{json, Value};
 
 pub use cleanroom::marker::MARKER_FILE as MARKER;
-pub use cleanroom::root::LAYOUT_DIRS as LAYOUT;
+/// Every directory a root may have been created with: this build's
+/// [`cleanroom::root::LAYOUT_DIRS`] and the four XDG base directories earlier builds made too,
+/// so fabricated roots and skeletons have the largest shape gc must still accept.
+pub const LAYOUT: [&str; 9] = [
+    "home",
+    "tmp",
+    "xdg",
+    "xdg/config",
+    "xdg/cache",
+    "xdg/data",
+    "xdg/state",
+    "xdg/runtime",
+    "homes",
+];
 
 pub use crate::common::{is_root, NOBODY};
 

@@ -16,6 +16,7 @@
 //! 5. bounded retries with time-based backoff (or none, and a deadline, for the bounded
 //!    reclamation at the start of a run); then give up visibly (the leftover path and why).
 
+mod backoff;
 #[cfg(unix)]
 #[path = "unix.rs"]
 mod os;
@@ -28,17 +29,9 @@ use serde::Serialize;
 
 use crate::marker::Marker;
 use crate::namespace::{Namespace, PENDING_PREFIX, TRASH_PREFIX};
+use backoff::BACKOFF;
 
 pub use os::remove_contents;
-
-/// Retry schedule: the pause before each retry after a failed walk.
-const BACKOFF: [Duration; 5] = [
-    Duration::from_millis(10),
-    Duration::from_millis(50),
-    Duration::from_millis(150),
-    Duration::from_millis(400),
-    Duration::from_millis(1000),
-];
 
 /// Counts and problems of one walk.
 #[derive(Clone, Debug, Default, Serialize)]

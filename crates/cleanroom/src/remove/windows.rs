@@ -29,15 +29,10 @@ use windows_sys::Win32::Storage::FileSystem::{
 };
 
 use crate::win;
+use backoff::BACKOFF;
 
-/// Pauses between walks; the last one repeats until the budget is spent.
-const BACKOFF: [Duration; 5] = [
-    Duration::from_millis(10),
-    Duration::from_millis(50),
-    Duration::from_millis(150),
-    Duration::from_millis(400),
-    Duration::from_millis(1000),
-];
+#[path = "backoff.rs"]
+mod backoff;
 
 /// How long a removal keeps retrying what Windows refuses for now.
 pub const DEFAULT_BUDGET: Duration = Duration::from_secs(10);
