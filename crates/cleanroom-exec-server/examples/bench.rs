@@ -5,7 +5,8 @@
 //! 1. the round trip `process/start` → `process/closed` of `/bin/true` (median and p90 over N
 //!    runs);
 //! 2. throughput of streaming B bytes of child output (`/usr/bin/head -c B /dev/zero`) as
-//!    `process/output` notifications;
+//!    `process/output` notifications, K times (the median stream, with the CPU time the
+//!    server's own threads spent on it, from /proc/PID/stat);
 //! 3. unless `--no-baselines`, baselines in the same harness through tokio-tungstenite: the same
 //!    B bytes sent as raw binary frames of the server's chunk size, and as the very notification
 //!    text frames the server would send (the client parses and decodes them exactly as in 2).
@@ -24,7 +25,7 @@
 //! decoder into one reused buffer.
 //!
 //! Usage: `bench (--cleanroom PATH | --reference CODEX) --work DIR [--rounds N] [--bytes B]
-//! [--no-baselines]`; DIR is an existing private dir the caller removes (cleanroom's state dir,
+//! [--streams K] [--no-baselines]`; DIR is an existing private dir the caller removes (cleanroom's state dir,
 //! the servers' HOME, TMPDIR and CODEX_HOME go in it). `scripts/bench` builds it and runs it
 //! once per round and server for its `serve-*` pairs.
 
@@ -62,6 +63,7 @@ struct Options {
     work: PathBuf,
     rounds: usize,
     bytes: usize,
+    streams: usize,
     baselines: bool,
 }
 
@@ -72,6 +74,7 @@ fn options() -> Options {
         work: PathBuf::new(),
         rounds: 200,
         bytes: 256 << 20,
+        streams: 1,
         baselines: true,
     };
     let mut args = std::env::args().skip(1);
@@ -83,6 +86,7 @@ fn options() -> Options {
             "--work" => o.work = value().into(),
             "--rounds" => o.rounds = value().parse().expect("--rounds N"),
             "--bytes" => o.bytes = value().parse().expect("--bytes B"),
+            "--streams" => o.streams = value().parse().expect("--streams K"),
             "--no-baselines" => o.baselines = false,
             other => panic!("unknown option {other}"),
         }
@@ -355,35 +359,68 @@ fn client_config() -> WebSocketConfig {
         .max_frame_size(Some(256 << 20))
 }
 
-/// The round trips of `true` (10 warm-up runs first), the streaming rate in bytes/s and the
-/// average chunk size.
-async fn bench_server(o: &Options) -> (Vec<Duration>, f64, usize) {
+/// What one server showed.
+struct Figures {
+    /// Round trips of `true`, sorted.
+    trips: Vec<Duration>,
+    /// Per stream: bytes/s and the server's CPU time (its own threads, not the child's).
+    streams: Vec<(f64, Duration)>,
+    avg_chunk: usize,
+}
+
+/// The round trips of `true` (10 warm-up runs first), then the streams.
+async fn bench_server(o: &Options) -> Figures {
     let (server, url) = o.server.start(&o.work);
     let mut ws = connect(&url).await;
     let mut trips = Vec::new();
+    let mut id = 0;
     for round in 0..o.rounds + 10 {
         let started = Instant::now();
-        run(
-            &mut ws,
-            round as u64 + 1,
-            &format!("t{round}"),
-            &["/bin/true"],
-        )
-        .await;
+        id += 1;
+        run(&mut ws, id, &format!("t{round}"), &["/bin/true"]).await;
         if round >= 10 {
             trips.push(started.elapsed());
         }
     }
-    let started = Instant::now();
+    trips.sort();
     let size = o.bytes.to_string();
     let argv = ["/usr/bin/head", "-c", size.as_str(), "/dev/zero"];
-    let (bytes, chunks) = run(&mut ws, o.rounds as u64 + 11, "big", &argv).await;
-    let elapsed = started.elapsed().as_secs_f64();
-    assert_eq!(bytes, o.bytes, "every byte arrives");
+    let (mut streams, mut chunks) = (Vec::new(), 0);
+    for stream in 0..o.streams {
+        let (started, cpu) = (Instant::now(), cpu_time(server.id()));
+        id += 1;
+        let (bytes, n) = run(&mut ws, id, &format!("big{stream}"), &argv).await;
+        let rate = bytes as f64 / started.elapsed().as_secs_f64();
+        assert_eq!(bytes, o.bytes, "every byte arrives");
+        streams.push((rate, cpu_time(server.id()) - cpu));
+        chunks += n;
+    }
     drop(ws);
     o.server.stop(server);
-    (trips, bytes as f64 / elapsed, bytes / chunks.max(1))
+    streams.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Figures {
+        trips,
+        streams,
+        avg_chunk: (o.bytes * o.streams) / chunks.max(1),
+    }
 }
+
+/// User + system CPU time so far of process `pid`'s threads (/proc/PID/stat).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf(3) has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_micros(ticks * 1_000_000 / hz)
+}
+
 /// Sends `bytes` in `frames` from an in-process tokio-tungstenite server; returns bytes/s as
 /// counted by a client that does `consume` on every frame.
 async fn bench_baseline(
@@ -438,21 +475,25 @@ fn consume_notification(decoder: &mut Decoder, message: &Message) -> usize {
 #[tokio::main]
 async fn main() {
     let o = options();
-    let (mut trips, served, avg_chunk) = bench_server(&o).await;
-    trips.sort();
-    let median = trips[trips.len() / 2];
-    let p90 = trips[trips.len() * 9 / 10];
+    let figures = bench_server(&o).await;
+    let trips = &figures.trips;
+    let (served, cpu) = figures.streams[figures.streams.len() / 2];
     let mib = |r: f64| r / (1024.0 * 1024.0);
     println!("server: {}", o.server.name());
     println!(
-        "round trip start->closed of `true`: median {median:.2?}, p90 {p90:.2?} over {} runs",
+        "round trip start->closed of `true`: median {:.2?}, p90 {:.2?} over {} runs",
+        trips[trips.len() / 2],
+        trips[trips.len() * 9 / 10],
         trips.len()
     );
     println!(
-        "streaming {} MiB of child output: {:.0} MiB/s (average chunk {} bytes)",
+        "streaming {} MiB of child output: {:.0} MiB/s (average chunk {} bytes, server CPU {} ms; \
+         median of {} streams)",
         o.bytes >> 20,
         mib(served),
-        avg_chunk
+        figures.avg_chunk,
+        cpu.as_millis(),
+        o.streams
     );
     if !o.baselines {
         return;
