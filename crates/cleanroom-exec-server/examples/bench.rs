@@ -1,26 +1,43 @@
-//! Benchmark of `cleanroom serve` against raw loopback WebSocket throughput.
+//! Benchmark client of an exec-server: `cleanroom serve`, or Codex's own `codex exec-server` as
+//! the reference, each driven with exactly the same requests.
 //!
 //! Measures, with one client over loopback:
-//! 1. the round trip `process/start` → `process/closed` of `true` (median and p90 over N runs);
-//! 2. throughput of streaming B bytes of child output (`head -c B /dev/zero`) as
-//!    `process/output` notifications;
-//! 3. baselines in the same harness through tokio-tungstenite: the same B bytes sent as raw
-//!    binary frames of the server's chunk size, and as the very notification text frames the
-//!    server would send (the client parses and decodes them exactly as in 2).
+//! 1. the round trip `process/start` → `process/closed` of `/bin/true` (median and p90 over N
+//!    runs);
+//! 2. throughput of streaming B bytes of child output (`/usr/bin/head -c B /dev/zero`) as
+//!    `process/output` notifications, K times (the median stream, with the CPU time the
+//!    server's own threads spent on it, from /proc/PID/stat);
+//! 3. unless `--no-baselines`, baselines in the same harness through tokio-tungstenite: the same
+//!    B bytes sent as raw binary frames of the server's chunk size, and as the very notification
+//!    text frames the server would send (the client parses and decodes them exactly as in 2).
 //!
-//! The client keeps its own work small so the figures measure the server: each notification is
-//! parsed borrowing from the frame (no `Value`, no copy of the chunk) and its chunk decoded by
-//! a SIMD base64 decoder into one reused buffer.
+//! The requests are what both servers accept: `initialize`, the `initialized` notification
+//! (Codex requires it before exec methods, cleanroom accepts it), and `process/start` with the
+//! fields Codex requires (`env`, `tty`, `arg0`) and the `envPolicy` the Codex client sends
+//! (inherit all), cwd `file:///`, no `sandbox` field. Both servers get the same cleared
+//! environment: a fixed PATH, LANG, and HOME and TMPDIR private to the work dir.
 //!
-//! Usage: `bench --cleanroom PATH [--state-dir DIR] [--rounds N] [--bytes B]`
-//! (`scripts/bench` builds it and runs it once per round for its `serve-*` pairs).
+//! The reference is started only inside a network namespace whose only interface is `lo`
+//! (`scripts/bench` runs this client under `unshare --net`): it can reach nothing but loopback.
+//!
+//! The client keeps its own work small so the figures measure the server: each frame is parsed
+//! borrowing from it (no `Value`, no copy of the chunk) and its chunk decoded by a SIMD base64
+//! decoder into one reused buffer.
+//!
+//! Usage: `bench (--cleanroom PATH | --reference CODEX) --work DIR [--rounds N] [--bytes B]
+//! [--streams K] [--no-baselines]`; DIR is an existing private dir the caller removes (cleanroom's state dir,
+//! the servers' HOME, TMPDIR and CODEX_HOME go in it). `scripts/bench` builds it and runs it
+//! once per round and server for its `serve-*` pairs.
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64_simd::{AsOut, STANDARD as BASE64};
 use futures_util::{SinkExt, StreamExt};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -30,55 +47,186 @@ use tokio_tungstenite::tungstenite::Message;
 /// Bytes per chunk: what one read of a default-sized pipe returns at most.
 const CHUNK: usize = 64 * 1024;
 
+/// How long a server may take to exit after SIGTERM.
+const STOP_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The exec-server to drive.
+enum Server {
+    /// `cleanroom --state-dir WORK/state serve`.
+    Cleanroom(PathBuf),
+    /// `codex exec-server`, with CODEX_HOME in the work dir.
+    Reference(PathBuf),
+}
+
 struct Options {
-    cleanroom: String,
-    state_dir: String,
+    server: Server,
+    work: PathBuf,
     rounds: usize,
     bytes: usize,
+    streams: usize,
+    baselines: bool,
 }
 
 fn options() -> Options {
+    let mut server = None;
     let mut o = Options {
-        cleanroom: "target/release/cleanroom".into(),
-        state_dir: "/dev/shm/cleanroom-bench".into(),
+        server: Server::Cleanroom(PathBuf::new()),
+        work: PathBuf::new(),
         rounds: 200,
         bytes: 256 << 20,
+        streams: 1,
+        baselines: true,
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let value = pair.get(1).cloned().unwrap_or_default();
-        match pair[0].as_str() {
-            "--cleanroom" => o.cleanroom = value,
-            "--state-dir" => o.state_dir = value,
-            "--rounds" => o.rounds = value.parse().expect("--rounds N"),
-            "--bytes" => o.bytes = value.parse().expect("--bytes B"),
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+        match arg.as_str() {
+            "--cleanroom" => server = Some(Server::Cleanroom(absolute(value()))),
+            "--reference" => server = Some(Server::Reference(absolute(value()))),
+            "--work" => o.work = value().into(),
+            "--rounds" => o.rounds = value().parse().expect("--rounds N"),
+            "--bytes" => o.bytes = value().parse().expect("--bytes B"),
+            "--streams" => o.streams = value().parse().expect("--streams K"),
+            "--no-baselines" => o.baselines = false,
             other => panic!("unknown option {other}"),
         }
     }
+    o.server = server.expect("--cleanroom PATH or --reference CODEX");
+    assert!(o.work.is_dir(), "--work DIR: an existing private dir");
     o
+}
+
+/// `path` made absolute: the servers run in the work dir.
+fn absolute(path: String) -> PathBuf {
+    std::path::absolute(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+impl Server {
+    fn name(&self) -> &'static str {
+        match self {
+            Server::Cleanroom(_) => "cleanroom serve",
+            Server::Reference(_) => "codex exec-server",
+        }
+    }
+
+    /// The server's command line, cleared environment and cwd, every private path under `work`.
+    fn command(&self, work: &Path) -> Command {
+        let private = |name: &str| {
+            let dir = work.join(name);
+            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            dir
+        };
+        let mut command = match self {
+            Server::Cleanroom(binary) => {
+                let mut command = Command::new(binary);
+                command
+                    .env_clear()
+                    .arg("--state-dir")
+                    .arg(work.join("state"))
+                    .arg("serve");
+                command
+            }
+            Server::Reference(codex) => {
+                assert_only_loopback();
+                let mut command = Command::new(codex);
+                command
+                    .env_clear()
+                    .arg("exec-server")
+                    .env("CODEX_HOME", private("codex-home"));
+                command
+            }
+        };
+        command
+            .args(["--listen", "ws://127.0.0.1:0"])
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("LANG", "C.UTF-8")
+            .env("HOME", private("home"))
+            .env("TMPDIR", private("tmp"))
+            .current_dir(work);
+        command
+    }
+
+    /// Starts the server; returns it and the URL it printed as its first stdout line.
+    fn start(&self, work: &Path) -> (Child, String) {
+        let mut command = self.command(work);
+        // SAFETY: prctl(2) between fork and exec, async-signal-safe: the server dies with this
+        // client (the main thread, which starts and stops it), however the client ends.
+        unsafe {
+            command.pre_exec(
+                || match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                },
+            );
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", self.name()));
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut url = String::new();
+        stdout.read_line(&mut url).unwrap();
+        let url = url.trim().to_string();
+        assert!(
+            url.starts_with("ws://127.0.0.1:"),
+            "{} printed {url:?} instead of its loopback URL",
+            self.name()
+        );
+        // Whatever else it prints is drained, so it never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        (child, url)
+    }
+
+    /// SIGTERM, then an exit 0 within [`STOP_PATIENCE`] (SIGKILL and a panic after it).
+    fn stop(&self, mut child: Child) {
+        // SAFETY: kill(2) on our own child's pid, not yet waited for.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + STOP_PATIENCE;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{} did not exit within {STOP_PATIENCE:?} of SIGTERM",
+                    self.name()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(status.success(), "{} exit {status:?}", self.name());
+    }
+}
+
+/// Panics unless this process's network namespace has `lo` as its only interface
+/// (/proc/self/net/dev follows the reader's namespace).
+fn assert_only_loopback() {
+    let dev = std::fs::read_to_string("/proc/self/net/dev").unwrap();
+    let interfaces: Vec<&str> = dev
+        .lines()
+        .skip(2)
+        .filter_map(|line| line.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        interfaces,
+        ["lo"],
+        "the reference runs only in a network namespace with nothing but loopback: \
+         unshare --net sh -c 'ip link set lo up && exec bench --reference ...'"
+    );
 }
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn call(ws: &mut Ws, id: u64, method: &str, params: Value) -> Value {
-    let request = json!({"id": id, "method": method, "params": params});
-    ws.send(Message::text(request.to_string())).await.unwrap();
-    loop {
-        let Some(Ok(Message::Text(text))) = ws.next().await else {
-            continue;
-        };
-        let v: Value = serde_json::from_str(&text).unwrap();
-        if v["id"] == id {
-            assert!(v.get("error").is_none(), "{v}");
-            return v["result"].clone();
-        }
-    }
-}
-
-/// A notification, borrowed from its frame.
+/// What the client reads of any frame, borrowed from it.
 #[derive(Deserialize)]
-struct Notification<'a> {
+struct Frame<'a> {
+    id: Option<u64>,
+    error: Option<IgnoredAny>,
     #[serde(borrow)]
     method: Option<&'a str>,
     #[serde(borrow)]
@@ -93,6 +241,16 @@ struct Params<'a> {
     chunk: Option<&'a str>,
 }
 
+/// A frame as the client sees it: response id, whether it is an error, method, process id and
+/// decoded chunk length.
+struct Seen<'a> {
+    id: Option<u64>,
+    error: bool,
+    method: Option<&'a str>,
+    process_id: Option<&'a str>,
+    len: usize,
+}
+
 /// Decodes the chunks of `process/output` notifications into one reused buffer.
 #[derive(Default)]
 struct Decoder {
@@ -100,37 +258,96 @@ struct Decoder {
 }
 
 impl Decoder {
-    /// The method, process id and decoded chunk length of a notification frame.
-    fn decode<'a>(&mut self, text: &'a str) -> (Option<&'a str>, Option<&'a str>, usize) {
-        let n: Notification = serde_json::from_str(text).unwrap();
-        let params = n.params.unwrap_or_default();
+    fn decode<'a>(&mut self, text: &'a str) -> Seen<'a> {
+        let frame: Frame = serde_json::from_str(text).unwrap();
+        let params = frame.params.unwrap_or_default();
         let len = params.chunk.map_or(0, |chunk| {
             let chunk = chunk.as_bytes();
             self.buf
                 .resize(BASE64.estimated_decoded_length(chunk.len()), 0);
             BASE64.decode(chunk, self.buf.as_out()).unwrap().len()
         });
-        (n.method, params.process_id, len)
+        Seen {
+            id: frame.id,
+            error: frame.error.is_some(),
+            method: frame.method,
+            process_id: params.process_id,
+            len,
+        }
     }
 }
 
-/// Reads notifications until `process/closed` of `id`; returns decoded output bytes and chunks.
-async fn drain(ws: &mut Ws, id: &str) -> (usize, usize) {
-    let (mut bytes, mut chunks) = (0, 0);
+async fn send(ws: &mut Ws, message: Value) {
+    ws.send(Message::text(message.to_string())).await.unwrap();
+}
+
+async fn next_text(ws: &mut Ws) -> tokio_tungstenite::tungstenite::Utf8Bytes {
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(text))) => return text,
+            Some(Ok(_)) => continue,
+            other => panic!("connection lost: {other:?}"),
+        }
+    }
+}
+
+/// Connects, `initialize`s and sends `initialized`.
+async fn connect(url: &str) -> Ws {
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async_with_config(url, Some(client_config()), true)
+            .await
+            .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    send(
+        &mut ws,
+        json!({"id": 0, "method": "initialize", "params": {"clientName": "bench"}}),
+    )
+    .await;
+    loop {
+        let text = next_text(&mut ws).await;
+        let seen = Decoder::default().decode(&text);
+        if seen.id == Some(0) {
+            assert!(!seen.error, "initialize: {text}");
+            break;
+        }
+    }
+    send(&mut ws, json!({"method": "initialized"})).await;
+    ws
+}
+
+/// Starts `argv` as request `id` and reads until its `process/closed` (its response and its
+/// notifications may come in any order); returns decoded output bytes and chunks.
+async fn run(ws: &mut Ws, id: u64, process_id: &str, argv: &[&str]) -> (usize, usize) {
+    let env_policy = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
+        "set": {}, "includeOnly": []});
+    let params = json!({"processId": process_id, "argv": argv, "cwd": "file:///", "env": {},
+        "envPolicy": env_policy, "tty": false, "arg0": null});
+    send(
+        ws,
+        json!({"id": id, "method": "process/start", "params": params}),
+    )
+    .await;
+    let (mut bytes, mut chunks, mut started) = (0, 0, false);
     let mut decoder = Decoder::default();
     loop {
-        let Some(Ok(message)) = ws.next().await else {
-            panic!("connection lost");
-        };
-        let Message::Text(text) = message else {
+        let text = next_text(ws).await;
+        let seen = decoder.decode(&text);
+        if seen.id == Some(id) && seen.method.is_none() {
+            assert!(!seen.error, "process/start: {text}");
+            started = true;
             continue;
-        };
-        match decoder.decode(&text) {
-            (Some("process/output"), Some(p), len) if p == id => {
-                bytes += len;
+        }
+        if seen.process_id != Some(process_id) {
+            continue;
+        }
+        match seen.method {
+            Some("process/output") => {
+                bytes += seen.len;
                 chunks += 1;
             }
-            (Some("process/closed"), Some(p), _) if p == id => return (bytes, chunks),
+            Some("process/closed") => {
+                assert!(started, "process/closed before the process/start response");
+                return (bytes, chunks);
+            }
             _ => {}
         }
     }
@@ -142,57 +359,66 @@ fn client_config() -> WebSocketConfig {
         .max_frame_size(Some(256 << 20))
 }
 
-async fn bench_server(o: &Options) -> (Vec<Duration>, f64, usize) {
-    let mut server = Command::new(&o.cleanroom)
-        .args(["--state-dir", &o.state_dir, "serve"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start cleanroom serve");
-    let mut url = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut url)
-        .unwrap();
-    let (mut ws, _) =
-        tokio_tungstenite::connect_async_with_config(url.trim(), Some(client_config()), true)
-            .await
-            .unwrap();
-    call(&mut ws, 0, "initialize", json!({"clientName": "bench"})).await;
-    let mut id = 1;
+/// What one server showed.
+struct Figures {
+    /// Round trips of `true`, sorted.
+    trips: Vec<Duration>,
+    /// Per stream: bytes/s and the server's CPU time (its own threads, not the child's).
+    streams: Vec<(f64, Duration)>,
+    avg_chunk: usize,
+}
+
+/// The round trips of `true` (10 warm-up runs first), then the streams.
+async fn bench_server(o: &Options) -> Figures {
+    let (server, url) = o.server.start(&o.work);
+    let mut ws = connect(&url).await;
     let mut trips = Vec::new();
+    let mut id = 0;
     for round in 0..o.rounds + 10 {
-        let pid = format!("t{round}");
         let started = Instant::now();
         id += 1;
-        call(
-            &mut ws,
-            id,
-            "process/start",
-            json!({"processId": pid, "argv": ["true"], "cwd": "file:///"}),
-        )
-        .await;
-        drain(&mut ws, &pid).await;
+        run(&mut ws, id, &format!("t{round}"), &["/bin/true"]).await;
         if round >= 10 {
             trips.push(started.elapsed());
         }
     }
-    let started = Instant::now();
-    id += 1;
-    let head = format!("head -c {} /dev/zero", o.bytes);
-    call(
-        &mut ws,
-        id,
-        "process/start",
-        json!({"processId": "big", "argv": ["sh", "-c", head], "cwd": "file:///"}),
-    )
-    .await;
-    let (bytes, chunks) = drain(&mut ws, "big").await;
-    let elapsed = started.elapsed().as_secs_f64();
-    assert_eq!(bytes, o.bytes, "every byte arrives");
-    // SAFETY: kill(2) on our own child's pid, not yet waited for.
-    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    let status = server.wait().unwrap();
-    assert!(status.success(), "server exit {status:?}");
-    (trips, bytes as f64 / elapsed, bytes / chunks.max(1))
+    trips.sort();
+    let size = o.bytes.to_string();
+    let argv = ["/usr/bin/head", "-c", size.as_str(), "/dev/zero"];
+    let (mut streams, mut chunks) = (Vec::new(), 0);
+    for stream in 0..o.streams {
+        let (started, cpu) = (Instant::now(), cpu_time(server.id()));
+        id += 1;
+        let (bytes, n) = run(&mut ws, id, &format!("big{stream}"), &argv).await;
+        let rate = bytes as f64 / started.elapsed().as_secs_f64();
+        assert_eq!(bytes, o.bytes, "every byte arrives");
+        streams.push((rate, cpu_time(server.id()) - cpu));
+        chunks += n;
+    }
+    drop(ws);
+    o.server.stop(server);
+    streams.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Figures {
+        trips,
+        streams,
+        avg_chunk: (o.bytes * o.streams) / chunks.max(1),
+    }
+}
+
+/// User + system CPU time so far of process `pid`'s threads (/proc/PID/stat).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf(3) has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_micros(ticks * 1_000_000 / hz)
 }
 
 /// Sends `bytes` in `frames` from an in-process tokio-tungstenite server; returns bytes/s as
@@ -243,16 +469,35 @@ fn consume_notification(decoder: &mut Decoder, message: &Message) -> usize {
     let Message::Text(text) = message else {
         return 0;
     };
-    decoder.decode(text).2
+    decoder.decode(text).len
 }
 
 #[tokio::main]
 async fn main() {
     let o = options();
-    let (mut trips, served, avg_chunk) = bench_server(&o).await;
-    trips.sort();
-    let median = trips[trips.len() / 2];
-    let p90 = trips[trips.len() * 9 / 10];
+    let figures = bench_server(&o).await;
+    let trips = &figures.trips;
+    let (served, cpu) = figures.streams[figures.streams.len() / 2];
+    let mib = |r: f64| r / (1024.0 * 1024.0);
+    println!("server: {}", o.server.name());
+    println!(
+        "round trip start->closed of `true`: median {:.2?}, p90 {:.2?} over {} runs",
+        trips[trips.len() / 2],
+        trips[trips.len() * 9 / 10],
+        trips.len()
+    );
+    println!(
+        "streaming {} MiB of child output: {:.0} MiB/s (average chunk {} bytes, server CPU {} ms; \
+         median of {} streams)",
+        o.bytes >> 20,
+        mib(served),
+        figures.avg_chunk,
+        cpu.as_millis(),
+        o.streams
+    );
+    if !o.baselines {
+        return;
+    }
     let raw = bench_baseline(o.bytes, Message::binary(vec![0u8; CHUNK]), consume_binary).await;
     let notification = json!({"jsonrpc": "2.0", "method": "process/output",
         "params": {"processId": "big", "seq": 1, "stream": "stdout", "chunk": BASE64.encode_to_string(vec![0u8; CHUNK])}});
@@ -262,17 +507,6 @@ async fn main() {
         consume_notification,
     )
     .await;
-    let mib = |r: f64| r / (1024.0 * 1024.0);
-    println!(
-        "round trip start->closed of `true`: median {median:.2?}, p90 {p90:.2?} over {} runs",
-        trips.len()
-    );
-    println!(
-        "streaming {} MiB of child output: {:.0} MiB/s (average chunk {} bytes)",
-        o.bytes >> 20,
-        mib(served),
-        avg_chunk
-    );
     println!(
         "baseline raw binary frames of {CHUNK} bytes: {:.0} MiB/s",
         mib(raw)
