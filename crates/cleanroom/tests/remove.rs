@@ -33,7 +33,7 @@ const ONCE: Persistence = Persistence {
 };
 
 /// The directories `Root::create` makes (its layout without `homes`).
-const LAYOUT_DIR_COUNT: u64 = 8;
+const LAYOUT_DIR_COUNT: u64 = 4;
 
 /// A private namespace and room outside it for the things a root's links point to.
 struct Place {
