@@ -629,18 +629,15 @@ fn dry_run_changes_nothing_and_json_reports_every_field() {
     let _reaper = Reaper::of(tagged);
     // The shell must have started its sleep before gc looks (under load it may not have yet).
     let children = format!("/proc/{0}/task/{0}/children", tagged_id.pid);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while fs::read_to_string(&children)
-        .unwrap_or_default()
-        .trim()
-        .is_empty()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the tagged shell never started its sleep"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            !fs::read_to_string(&children)
+                .unwrap_or_default()
+                .trim()
+                .is_empty()
+        }),
+        "the tagged shell never started its sleep"
+    );
     let before = snapshot(&sandbox.ns);
 
     let (summary, code) = sandbox.gc_json(&["--dry-run"]);

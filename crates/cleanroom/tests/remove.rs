@@ -33,7 +33,7 @@ const ONCE: Persistence = Persistence {
 };
 
 /// The directories `Root::create` makes (its layout without `homes`).
-const LAYOUT_DIR_COUNT: u64 = 4;
+const LAYOUT_DIR_COUNT: u64 = cleanroom::root::LAYOUT_DIRS.len() as u64 - 1;
 
 /// A private namespace and room outside it for the things a root's links point to.
 struct Place {
