@@ -327,7 +327,7 @@ unsafe fn runner_alive(plan: &Plan) -> bool {
 
 /// Where the kernel keeps this process's argv (fields 48 and 49 of `/proc/self/stat`).
 fn argv_area() -> Option<(usize, usize)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let stat = crate::process::read_kernel_text("/proc/self/stat").ok()?;
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     // Index 0 is field 3 (state), so field N is at N - 3.
     let start = fields.get(45)?.parse().ok()?;
