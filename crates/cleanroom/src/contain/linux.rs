@@ -431,7 +431,7 @@ fn cgroup_members(path: &Path) -> Vec<ProcessInfo> {
     };
     let needle = format!("/{name}");
     let inside = |id: &process::ProcessId| {
-        fs::read_to_string(format!("/proc/{}/cgroup", id.pid)).is_ok_and(|text| {
+        process::read_kernel_text(format!("/proc/{}/cgroup", id.pid)).is_ok_and(|text| {
             text.lines()
                 .filter_map(|l| l.strip_prefix("0::"))
                 .any(|p| p.ends_with(&needle) || p.contains(&format!("{needle}/")))
@@ -440,7 +440,7 @@ fn cgroup_members(path: &Path) -> Vec<ProcessInfo> {
     let mut out = Vec::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        if let Ok(text) = process::read_kernel_text(dir.join("cgroup.procs")) {
             out.extend(
                 text.split_whitespace()
                     .filter_map(|p| p.parse().ok())
