@@ -23,7 +23,8 @@
 //! The client keeps its own work small so the figures measure the server: a chunk is found by
 //! SIMD search and decoded by a SIMD base64 decoder straight from the frame into one reused
 //! buffer, and only the small JSON around it goes through serde_json (see [`Decoder`]). It still
-//! checks everything: per process seqs strictly increasing, every chunk from stdout and nothing
+//! checks everything: per process seqs strictly increasing (only unique for the reference, which
+//! delivers them out of order), every chunk from stdout and nothing
 //! but zeros, the byte count exact.
 //!
 //! Usage: `bench (--cleanroom PATH | --reference CODEX) --work DIR [--rounds N] [--bytes B]
@@ -32,6 +33,7 @@
 //! once per round and server for its `serve-*` pairs.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -382,9 +384,44 @@ async fn connect(url: &str) -> Ws {
     ws
 }
 
+/// The seqs of one process's notifications (one counter, shared by output, exited and closed).
+struct Seqs {
+    /// Whether they must arrive in increasing order (cleanroom's guarantee); else only unique
+    /// (the reference delivers them out of order).
+    ordered: bool,
+    last: u64,
+    seen: HashSet<u64>,
+}
+
+impl Seqs {
+    fn new(ordered: bool) -> Seqs {
+        Seqs {
+            ordered,
+            last: 0,
+            seen: HashSet::new(),
+        }
+    }
+
+    fn check(&mut self, seq: u64) {
+        if self.ordered {
+            assert!(seq > self.last, "seq {seq} after {}", self.last);
+            self.last = seq;
+        } else {
+            assert!(self.seen.insert(seq), "seq {seq} twice");
+        }
+    }
+}
+
 /// Starts `argv` as request `id` and reads until its `process/closed` (its response and its
-/// notifications may come in any order); returns decoded output bytes and chunks.
-async fn run(ws: &mut Ws, id: u64, process_id: &str, argv: &[&str]) -> (usize, usize) {
+/// notifications may come in any order); returns decoded output bytes and chunks. With
+/// `ordered`, the process's seqs must arrive in increasing order.
+async fn run(
+    ws: &mut Ws,
+    id: u64,
+    process_id: &str,
+    argv: &[&str],
+    ordered: bool,
+) -> (usize, usize) {
     let env_policy = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
         "set": {}, "includeOnly": []});
     let params = json!({"processId": process_id, "argv": argv, "cwd": "file:///", "env": {},
@@ -394,7 +431,8 @@ async fn run(ws: &mut Ws, id: u64, process_id: &str, argv: &[&str]) -> (usize, u
         json!({"id": id, "method": "process/start", "params": params}),
     )
     .await;
-    let (mut bytes, mut chunks, mut started, mut last_seq) = (0, 0, false, 0);
+    let (mut bytes, mut chunks, mut started) = (0, 0, false);
+    let mut seqs = Seqs::new(ordered);
     let mut decoder = Decoder::default();
     loop {
         let text = next_text(ws).await;
@@ -407,12 +445,10 @@ async fn run(ws: &mut Ws, id: u64, process_id: &str, argv: &[&str]) -> (usize, u
         if seen.process_id != Some(process_id) {
             continue;
         }
-        // One counter per process, shared by output, exited and closed, from 1.
-        let seq = seen
-            .seq
-            .unwrap_or_else(|| panic!("no seq: {:?}", seen.method));
-        assert!(seq > last_seq, "seq {seq} after {last_seq}");
-        last_seq = seq;
+        seqs.check(
+            seen.seq
+                .unwrap_or_else(|| panic!("no seq: {:?}", seen.method)),
+        );
         match seen.method {
             Some("process/output") => {
                 bytes += check_output(&seen);
@@ -446,12 +482,13 @@ struct Figures {
 async fn bench_server(o: &Options) -> Figures {
     let (server, url) = o.server.start(&o.work);
     let mut ws = connect(&url).await;
+    let ordered = matches!(o.server, Server::Cleanroom(_));
     let mut trips = Vec::new();
     let mut id = 0;
     for round in 0..o.rounds + 10 {
         let started = Instant::now();
         id += 1;
-        run(&mut ws, id, &format!("t{round}"), &["/bin/true"]).await;
+        run(&mut ws, id, &format!("t{round}"), &["/bin/true"], ordered).await;
         if round >= 10 {
             trips.push(started.elapsed());
         }
@@ -463,7 +500,7 @@ async fn bench_server(o: &Options) -> Figures {
     for stream in 0..o.streams {
         let (started, cpu) = (Instant::now(), cpu_time(server.id()));
         id += 1;
-        let (bytes, n) = run(&mut ws, id, &format!("big{stream}"), &argv).await;
+        let (bytes, n) = run(&mut ws, id, &format!("big{stream}"), &argv, ordered).await;
         let rate = bytes as f64 / started.elapsed().as_secs_f64();
         assert_eq!(bytes, o.bytes, "every byte arrives");
         streams.push((rate, cpu_time(server.id()) - cpu));
