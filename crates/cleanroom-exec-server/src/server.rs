@@ -90,19 +90,22 @@ pub struct Config {
 /// Keeps the streaming path's large buffers (256 KiB chunks, their notifications of about
 /// 350 KB, the writer's batches) on the heap, and the heap from shrinking under them: glibc
 /// would otherwise map some of them afresh or trim the freed top of the heap, and the next
-/// buffer would fault every page in again (zeroed by the kernel).
+/// buffer would fault every page in again (zeroed by the kernel). Up to 8 MiB of free heap top
+/// is kept (twice a connection's queue budget); beyond that, memory freed after a burst goes
+/// back to the system.
 fn tune_allocator() {
     #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets two allocator parameters; it is called before the runtime's
-    // threads exist.
+    // SAFETY: mallopt only sets two parameters of glibc's allocator (it takes the allocator's
+    // own lock).
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
     }
 }
 
 /// Runs the server until SIGTERM/SIGINT/SIGHUP (or stdin EOF with `Listen::Stdio`). `ready` receives
-/// the URL once clients can connect (not called in stdio mode).
+/// the URL once clients can connect (not called in stdio mode). With glibc it tunes the process's
+/// allocator for the streaming buffers (see `tune_allocator`): the calling process is the server.
 pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
     if let Listen::WebSocket(addr) = &config.listen {
         if !is_loopback(addr.ip()) && !config.allow_remote {

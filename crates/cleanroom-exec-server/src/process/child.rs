@@ -6,8 +6,9 @@
 //! publish output themselves. Every publication goes through the process's [`Publisher`], whose
 //! turn is held from the seq assignment until the notification is in the connection's queue, so
 //! seqs reach the client in order; it also stores chunks in the retention buffer and wakes
-//! long-polls. Nothing blocks a thread: pipes and the terminal are read through the reactor,
-//! waits are `watch` channels.
+//! long-polls. Nothing blocks a thread: the terminal is read through the reactor, a pipe
+//! registers with it only while its pump waits on it empty (`pump::Pipe`), waits are `watch`
+//! channels.
 //!
 //! Invariants: seqs start at 1 and are shared by output, `exited` and `closed`; there is exactly
 //! one `exited` and one `closed`, and `closed` is last: it is emitted only after the exit and EOF
