@@ -4,6 +4,7 @@
 //! cleanroom itself, usage errors included, is one line on stderr and exit 125 (as timeout(1)
 //! and env(1) do, so it never looks like a status of the command); plain `cleanroom` with no
 //! subcommand prints the help on stderr and exits 2.
+#![cfg_attr(all(target_os = "linux", not(test)), no_main)]
 
 mod completions;
 mod config;
@@ -13,9 +14,10 @@ mod man;
 mod options;
 mod run;
 mod serve;
+#[cfg(all(target_os = "linux", not(test)))]
+mod start;
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -93,23 +95,29 @@ enum Command {
     Man(man::ManArgs),
 }
 
-fn main() -> ExitCode {
+#[cfg(not(all(target_os = "linux", not(test))))]
+fn main() -> std::process::ExitCode {
+    std::process::ExitCode::from(cli_main())
+}
+
+/// Parses the command line and runs the subcommand; returns the exit status.
+fn cli_main() -> u8 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if no_subcommand(&e) => {
             // Plain `cleanroom` (perhaps with global options only): nothing was asked.
             eprint!("{}", Cli::command().render_help());
-            return ExitCode::from(EXIT_NO_SUBCOMMAND);
+            return EXIT_NO_SUBCOMMAND;
         }
         Err(e) if !e.use_stderr() => {
             // --help and --version.
             let _ = e.print();
-            return ExitCode::SUCCESS;
+            return 0;
         }
-        Err(e) => return ExitCode::from(fail(usage_error_line(&e))),
+        Err(e) => return fail(usage_error_line(&e)),
     };
     init_logging(&cli.global);
-    let code = match cli.command {
+    match cli.command {
         Command::Run(args) => run::main(*args, &cli.global),
         Command::Gc(args) => gc::gc_main(args, &cli.global),
         Command::List(args) => gc::list_main(args, &cli.global),
@@ -117,8 +125,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::main(args, &cli.global),
         Command::Completions(args) => completions::main(args),
         Command::Man(args) => man::main(args),
-    };
-    ExitCode::from(code)
+    }
 }
 
 /// Logs go to stderr: warnings by default (and with `-q`: they say a guarantee did not hold),

@@ -450,3 +450,55 @@ fn the_help_of_run_shows_the_librarys_defaults() {
     let run = sandbox.run(&[], &["true"]);
     assert_eq!(run.report()["protection"]["mode"], "home");
 }
+
+/// The SIGPIPE bit of a `SigIgn:` line of `/proc/<pid>/status`.
+fn sigpipe_ignored(status: &str) -> bool {
+    let line = status.lines().find(|l| l.starts_with("SigIgn:")).unwrap();
+    let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    mask & (1 << (libc::SIGPIPE - 1)) != 0
+}
+
+#[test]
+fn the_binary_ignores_sigpipe_and_its_command_starts_with_the_default() {
+    // A write to a closed pipe is an error for cleanroom, never its death by SIGPIPE.
+    let sandbox = Sandbox::new("sigpipe");
+    let mut child = sandbox
+        .command(&["--help"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The command gets SIGPIPE back at its default, as from any program.
+    let run = sandbox.run(&[], &["cat", "/proc/self/status"]);
+    run.assert_status(0);
+    assert!(!sigpipe_ignored(&run.stdout), "{}", run.stdout);
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn a_closed_standard_stream_is_reopened_on_dev_null_before_anything_is_opened() {
+    // Otherwise the first file the runner opens would take descriptor 0 (and, being
+    // close-on-exec, leave the command without a stdin).
+    let sandbox = Sandbox::new("closedstdin");
+    let (mut cmd, report) = sandbox.run_command(&[], &["readlink", "/proc/self/fd/0"]);
+    // SAFETY: close(2) is async-signal-safe; it only changes this child's descriptors.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::close(0);
+            Ok(())
+        });
+    }
+    let run = sandbox.finish(cmd, &report);
+    run.assert_status(0);
+    assert_eq!(run.stdout.trim(), "/dev/null", "{}", run.stderr);
+    sandbox.assert_namespace_empty();
+}

@@ -651,6 +651,25 @@ async fn output_exit_and_close_arrive_in_seq_order_after_the_start_result() {
     assert_eq!(by_stream["stdout"], "out");
     assert_eq!(by_stream["stderr"], "err");
 
+    // Both pumps publish at once (full chunks on both streams): every seq still goes out once,
+    // in order.
+    let script = "head -c 8000000 /dev/zero & head -c 8000000 /dev/zero >&2; wait";
+    c.start("both", &["sh", "-c", script], json!({})).await;
+    let events = c.until_closed("both").await;
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|n| n["params"]["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    let mut both = BTreeMap::new();
+    for n in events.iter().filter(|n| n["method"] == "process/output") {
+        *both
+            .entry(n["params"]["stream"].as_str().unwrap().to_string())
+            .or_insert(0) += decode(&n["params"]["chunk"]).len();
+    }
+    assert_eq!(both["stdout"], 8_000_000);
+    assert_eq!(both["stderr"], 8_000_000);
+
     // Output still in the pipe when the main process exits precedes `exited`, even while a
     // descendant keeps the pipe open.
     let script = format!(

@@ -236,7 +236,7 @@ pub fn children(pid: i32) -> Vec<i32> {
     };
     for task in tasks.flatten() {
         let path = task.path().join("children");
-        if let Ok(text) = fs::read_to_string(&path) {
+        if let Ok(text) = read_kernel_text(&path) {
             out.extend(
                 text.split_whitespace()
                     .filter_map(|p| p.parse::<i32>().ok()),
@@ -356,12 +356,24 @@ fn read_kernel_path(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
     read_kernel_file(fs::File::open(path)?)
 }
 
-/// Reads a file the kernel generates (procfs, cgroupfs) in as few calls as it allows. Such files
-/// report size 0, so `fs::read` would stat them and grow from a 32-byte probe, a read per
-/// doubling; this starts with room for what they usually hold.
+/// Reads a file the kernel generates (procfs, cgroupfs) to its end in as few calls as it allows.
+/// Such files report size 0, so `fs::read` would stat them, seek, and grow from a 32-byte
+/// probe, a read per doubling; this only reads, into room for what they usually hold.
 pub fn read_kernel_file(mut file: fs::File) -> io::Result<Vec<u8>> {
-    let mut data = Vec::with_capacity(16 << 10);
-    io::Read::read_to_end(&mut file, &mut data)?;
+    let mut data = vec![0; 16 << 10];
+    let mut len = 0;
+    loop {
+        if len == data.len() {
+            data.resize(len * 2, 0);
+        }
+        match io::Read::read(&mut file, &mut data[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    data.truncate(len);
     Ok(data)
 }
 
@@ -379,6 +391,21 @@ pub fn environ_has(pid: i32, needle: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_file_is_read_to_its_end_whatever_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big");
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        fs::write(&path, &big).unwrap();
+        assert_eq!(read_kernel_path(&path).unwrap(), big);
+        let stat = read_kernel_text("/proc/self/stat").unwrap();
+        assert!(
+            stat.starts_with(&format!("{} (", std::process::id())),
+            "{stat}"
+        );
+        assert!(stat.ends_with('\n'), "{stat}");
+    }
 
     #[test]
     fn the_current_process_is_alive_and_a_changed_start_time_is_dead() {

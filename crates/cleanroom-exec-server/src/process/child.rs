@@ -2,9 +2,12 @@
 //! (spec §5).
 //!
 //! Shape: each output descriptor has a pump task and the main process has a waiter task; they
-//! send events to one emitter task per process, which alone assigns sequence numbers, stores
-//! chunks in the retention buffer, wakes long-polls and forwards notifications. Nothing blocks a
-//! thread: pipes and the terminal are read through the reactor, waits are `watch` channels.
+//! send events to one emitter task per process, which publishes `exited` and `closed`. The pumps
+//! publish output themselves. Every publication goes through the process's [`Publisher`], whose
+//! turn is held from the seq assignment until the notification is in the connection's queue, so
+//! seqs reach the client in order; it also stores chunks in the retention buffer and wakes
+//! long-polls. Nothing blocks a thread: pipes and the terminal are read through the reactor,
+//! waits are `watch` channels.
 //!
 //! Invariants: seqs start at 1 and are shared by output, `exited` and `closed`; there is exactly
 //! one `exited` and one `closed`, and `closed` is last: it is emitted only after the exit and EOF
@@ -15,14 +18,13 @@
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::fmt::Write as _;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine;
+use base64_simd::STANDARD as BASE64;
 use cleanroom::contain::Container;
 use cleanroom::process::ProcessId;
 use cleanroom::protect::Protection;
@@ -36,7 +38,7 @@ use tokio::time::Instant;
 
 use super::outlet::Outlet;
 use super::pty::{self, Master};
-use super::pump::{Drain, Event, Pump, StreamKind, Terminal};
+use super::pump::{Drain, Event, Pipe, Pump, StreamKind, Terminal};
 use super::reaper::{Members, Membership, Reaper, Scope, SESSION_ID_VAR};
 use super::spawn;
 use crate::envpolicy::EXEC_ID_VAR;
@@ -132,7 +134,8 @@ pub struct Started {
 }
 
 enum Outputs {
-    Pipes(pipe::Receiver, pipe::Receiver),
+    /// The read ends of stdout and stderr, not registered with the reactor (the pumps' `Pipe`).
+    Pipes(OwnedFd, OwnedFd),
     Pty(Arc<Master>),
 }
 
@@ -234,6 +237,10 @@ impl Process {
     /// Starts the pumps, the waiter and the emitter.
     pub fn begin(self: &Arc<Self>, started: Started, reaper: Reaper) {
         let (tx, rx) = mpsc::channel(16);
+        let publisher = Publisher {
+            process: self.clone(),
+            turn: Arc::default(),
+        };
         let drains: Vec<Drain> = match started.outputs {
             Outputs::Pipes(stdout, stderr) => {
                 let (out, err) = (Drain::default(), Drain::default());
@@ -243,9 +250,27 @@ impl Process {
                     drain,
                     drain_grace: None,
                     tx: tx.clone(),
+                    publisher: publisher.clone(),
                 };
-                tokio::spawn(pump(StreamKind::Stdout, 0, out.clone()).run(stdout));
-                tokio::spawn(pump(StreamKind::Stderr, 1, err.clone()).run(stderr));
+                let pipes = [
+                    (StreamKind::Stdout, out.clone(), stdout),
+                    (StreamKind::Stderr, err.clone(), stderr),
+                ];
+                for (index, (kind, drain, fd)) in pipes.into_iter().enumerate() {
+                    match Pipe::new(fd) {
+                        Ok(pipe) => drop(tokio::spawn(pump(kind, index, drain).run(pipe))),
+                        Err(e) => {
+                            // Never seen (FIONBIO on a pipe we just made); the output is
+                            // lost, the process's notifications still complete.
+                            tracing::warn!(
+                                "cannot read {} of process {}: {e}",
+                                kind.name(),
+                                self.id
+                            );
+                            let _ = tx.try_send(Event::Eof(index));
+                        }
+                    }
+                }
                 vec![out, err]
             }
             Outputs::Pty(master) => {
@@ -256,6 +281,7 @@ impl Process {
                     drain: drain.clone(),
                     drain_grace: Some(TERMINAL_DRAIN),
                     tx: tx.clone(),
+                    publisher: publisher.clone(),
                 };
                 tokio::spawn(pump.run(Terminal(master)));
                 vec![drain]
@@ -275,7 +301,7 @@ impl Process {
             process.reaped.send_replace(true);
             let _ = tx.send(Event::Exited(code)).await;
         });
-        tokio::spawn(self.clone().emit(rx, drains));
+        tokio::spawn(publisher.emit(rx, drains));
     }
 
     /// The client's id.
@@ -291,87 +317,6 @@ impl Process {
     /// Whether the main process is still running (not yet reaped).
     pub fn is_running(&self) -> bool {
         !*self.reaped.borrow()
-    }
-
-    async fn emit(self: Arc<Self>, mut rx: mpsc::Receiver<Event>, drains: Vec<Drain>) {
-        let mut open = vec![true; drains.len()];
-        let mut drained = vec![false; drains.len()];
-        let mut pending_exit: Option<i32> = None;
-        let mut exited = false;
-        loop {
-            match rx.recv().await {
-                Some(Event::Output(stream, data)) => self.publish_output(stream, data).await,
-                Some(Event::Eof(i)) => open[i] = false,
-                Some(Event::Drained(i)) => drained[i] = true,
-                Some(Event::Exited(code)) => {
-                    pending_exit = Some(code);
-                    for (drain, _) in drains.iter().zip(&open).filter(|(_, open)| **open) {
-                        drain.notify_one();
-                    }
-                }
-                None => open.iter_mut().for_each(|o| *o = false),
-            }
-            if let Some(code) = pending_exit {
-                if open
-                    .iter()
-                    .zip(&drained)
-                    .all(|(open, drained)| !open || *drained)
-                {
-                    pending_exit = None;
-                    self.exit_released().await;
-                    self.publish_exit(code).await;
-                    exited = true;
-                }
-            }
-            if exited && open.iter().all(|o| !o) {
-                self.publish_closed().await;
-                return;
-            }
-        }
-    }
-
-    async fn publish_output(&self, stream: StreamKind, data: Vec<u8>) {
-        // Only this task changes `next_seq`, so it can be read before the chunk is published.
-        let seq = self.lock().next_seq;
-        let text = output_notification(&self.id, seq, stream, &data);
-        {
-            let mut state = self.lock();
-            state.next_seq += 1;
-            state.retain(Chunk { seq, stream, data });
-        }
-        self.events.send_replace(());
-        self.outlet.send(text).await;
-    }
-
-    async fn publish_exit(&self, code: i32) {
-        let seq = {
-            let mut state = self.lock();
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            state.exit_code = Some(code);
-            seq
-        };
-        self.events.send_replace(());
-        let params =
-            json!({"processId": self.id, "seq": seq, "exitCode": code, "sandboxDenied": false});
-        self.outlet
-            .send(notification("process/exited", params))
-            .await;
-    }
-
-    async fn publish_closed(&self) {
-        let seq = {
-            let mut state = self.lock();
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            state.closed = true;
-            seq
-        };
-        self.events.send_replace(());
-        let params = json!({"processId": self.id, "seq": seq});
-        self.outlet
-            .send(notification("process/closed", params))
-            .await;
     }
 
     /// `process/read`: chunks after `after_seq`, waiting up to `wait` when there is nothing new.
@@ -638,8 +583,7 @@ fn launch_on_pipes(
         guard.own(pid);
         (pid, exit)
     };
-    let stdout = pipe::Receiver::from_owned_fd(out.0).map_err(io_error)?;
-    let stderr = pipe::Receiver::from_owned_fd(err.0).map_err(io_error)?;
+    let (stdout, stderr) = (out.0, err.0);
     let stdin = match stdin_ours {
         Some(fd) => Some(Stdin::Pipe(
             pipe::Sender::from_owned_fd(fd).map_err(io_error)?,
@@ -663,6 +607,109 @@ fn launch_on_pipes(
     })
 }
 
+/// Publishes a process's notifications, one at a time: the turn is held from the seq
+/// assignment until the message is in the connection's queue, so the client receives seqs in
+/// increasing order whichever task publishes (a pump its output, the emitter `exited` and
+/// `closed`).
+#[derive(Clone)]
+pub(super) struct Publisher {
+    process: Arc<Process>,
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Publisher {
+    async fn emit(self, mut rx: mpsc::Receiver<Event>, drains: Vec<Drain>) {
+        let mut open = vec![true; drains.len()];
+        let mut drained = vec![false; drains.len()];
+        let mut pending_exit: Option<i32> = None;
+        let mut exited = false;
+        loop {
+            match rx.recv().await {
+                Some(Event::Eof(i)) => open[i] = false,
+                Some(Event::Drained(i)) => drained[i] = true,
+                Some(Event::Exited(code)) => {
+                    pending_exit = Some(code);
+                    for (drain, _) in drains.iter().zip(&open).filter(|(_, open)| **open) {
+                        drain.notify_one();
+                    }
+                }
+                None => open.iter_mut().for_each(|o| *o = false),
+            }
+            if let Some(code) = pending_exit {
+                if open
+                    .iter()
+                    .zip(&drained)
+                    .all(|(open, drained)| !open || *drained)
+                {
+                    pending_exit = None;
+                    self.process.exit_released().await;
+                    self.publish_exit(code).await;
+                    exited = true;
+                }
+            }
+            if exited && open.iter().all(|o| !o) {
+                self.publish_closed().await;
+                return;
+            }
+        }
+    }
+
+    /// Publishes one chunk of output.
+    pub(super) async fn output(&self, stream: StreamKind, data: &[u8]) {
+        let _turn = self.turn.lock().await;
+        let process = &*self.process;
+        // Only the turn's holder changes `next_seq`, so it can be read before the chunk is
+        // published.
+        let seq = process.lock().next_seq;
+        let text = output_notification(&process.id, seq, stream, data);
+        {
+            let mut state = process.lock();
+            state.next_seq += 1;
+            let data = data.to_vec();
+            state.retain(Chunk { seq, stream, data });
+        }
+        process.events.send_replace(());
+        process.outlet.send(text).await;
+    }
+
+    async fn publish_exit(&self, code: i32) {
+        let _turn = self.turn.lock().await;
+        let process = &*self.process;
+        let seq = {
+            let mut state = process.lock();
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.exit_code = Some(code);
+            seq
+        };
+        process.events.send_replace(());
+        let params =
+            json!({"processId": process.id, "seq": seq, "exitCode": code, "sandboxDenied": false});
+        process
+            .outlet
+            .send(notification("process/exited", params))
+            .await;
+    }
+
+    async fn publish_closed(&self) {
+        let _turn = self.turn.lock().await;
+        let process = &*self.process;
+        let seq = {
+            let mut state = process.lock();
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.closed = true;
+            seq
+        };
+        process.events.send_replace(());
+        let params = json!({"processId": process.id, "seq": seq});
+        process
+            .outlet
+            .send(notification("process/closed", params))
+            .await;
+    }
+}
+
 /// Writes `data` to a stdin pipe: a non-blocking write first, so a write the pipe has room for
 /// finishes without waiting for the reactor (and its request is answered in order).
 async fn write_pipe(pipe: &mut pipe::Sender, data: &[u8]) -> std::io::Result<()> {
@@ -678,11 +725,14 @@ async fn write_pipe(pipe: &mut pipe::Sender, data: &[u8]) -> std::io::Result<()>
 }
 
 /// The `process/output` notification of one chunk, written by hand: the chunk is the bulk of
-/// the bytes, and base64 needs no escaping, so it is encoded straight into the message (no
-/// `Value`, no escaping scan, no intermediate string).
+/// the bytes, and base64 needs no escaping, so it is encoded (SIMD) straight into the message,
+/// allocated at its final size (no `Value`, no escaping scan, no intermediate string, no growth).
 fn output_notification(id: &str, seq: u64, stream: StreamKind, data: &[u8]) -> String {
+    const FRAME: &str = r#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":,"seq":,"stream":"","chunk":""}}"#;
     let id = Value::from(id).to_string();
-    let mut text = String::with_capacity(data.len() * 4 / 3 + id.len() + 100);
+    let size =
+        FRAME.len() + id.len() + 20 + stream.name().len() + BASE64.encoded_length(data.len());
+    let mut text = String::with_capacity(size);
     text.push_str(r#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":"#);
     text.push_str(&id);
     let _ = write!(
@@ -690,8 +740,9 @@ fn output_notification(id: &str, seq: u64, stream: StreamKind, data: &[u8]) -> S
         r#","seq":{seq},"stream":"{}","chunk":""#,
         stream.name()
     );
-    BASE64.encode_string(data, &mut text);
+    BASE64.encode_append(data, &mut text);
     text.push_str(r#""}}"#);
+    debug_assert!(text.len() <= size);
     text
 }
 
@@ -720,7 +771,7 @@ fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
         chunks.push(json!({
             "seq": chunk.seq,
             "stream": chunk.stream.name(),
-            "chunk": BASE64.encode(&chunk.data),
+            "chunk": BASE64.encode_to_string(&chunk.data),
         }));
         if used >= budget {
             break;
@@ -776,6 +827,25 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hand-written notification is byte for byte the layout the interop tests pin, for
+    /// every padding of the base64 and an id that needs escaping.
+    #[test]
+    fn an_output_notification_is_the_pinned_json() {
+        use base64::Engine as _;
+        let id = "p\"1\\";
+        for len in [0, 1, 2, 3, 4, 5, 300, 256 * 1024] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 % 256) as u8).collect();
+            let chunk = base64::engine::general_purpose::STANDARD.encode(&data);
+            let expected = format!(
+                r#"{{"jsonrpc":"2.0","method":"process/output","params":{{"processId":"p\"1\\","seq":18446744073709551615,"stream":"stderr","chunk":"{chunk}"}}}}"#
+            );
+            let text = output_notification(id, u64::MAX, StreamKind::Stderr, &data);
+            assert_eq!(text, expected);
+            // Allocated once, at its final size (a 20-digit seq is the widest).
+            assert_eq!(text.capacity(), text.len());
+        }
+    }
 
     fn seqs(state: &State) -> (u64, u64, usize) {
         let first = state.chunks.front().unwrap().seq;

@@ -1,21 +1,26 @@
 //! Output pumps: one task per output descriptor (pipe or terminal master) that reads chunks and
-//! hands them to the process's emitter, and answers the emitter's exit barrier.
+//! publishes them itself (through the process's [`Publisher`], one hop from pipe to the
+//! connection's queue), and answers the emitter's exit barrier.
 //!
-//! Invariant: when the barrier is raised, a pump hands over everything its descriptor holds
+//! Invariant: when the barrier is raised, a pump publishes everything its descriptor holds
 //! before answering `Drained`, so output written before the exit precedes `exited`.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::child::Publisher;
 use super::pty::Master;
 
-/// Largest chunk read from a pipe or terminal at once.
-const READ_CHUNK: usize = 64 * 1024;
+/// Largest chunk read from a pipe or terminal at once: a streaming child's output goes out in
+/// chunks this large (fewer notifications, so fewer wake-ups per byte on every hop).
+const READ_CHUNK: usize = 256 * 1024;
 /// How long a streaming pipe's chunk may wait to fill up.
 const COALESCE: Duration = Duration::from_millis(1);
 
@@ -37,8 +42,8 @@ impl StreamKind {
     }
 }
 
+/// What a pump or the waiter tells the emitter.
 pub(super) enum Event {
-    Output(StreamKind, Vec<u8>),
     /// Output descriptor `i` reached EOF.
     Eof(usize),
     /// Output descriptor `i` has handed over everything it held when asked (see `Drain`).
@@ -53,12 +58,76 @@ pub(super) type Drain = Arc<tokio::sync::Notify>;
 
 /// Something a pump reads output from: a pipe, or the terminal's master side.
 pub(super) trait Source {
+    /// Reads what is there, waiting for something if nothing is.
     async fn read_into(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+
+    /// Reads what is there without waiting; `None` if nothing is.
+    fn try_read(&mut self, buf: &mut [u8]) -> Option<std::io::Result<usize>> {
+        self.read_into(buf).now_or_never()
+    }
+
+    /// Reads more for a chunk that may fill up until `deadline`; `None` if nothing came by then.
+    async fn read_by(
+        &mut self,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Option<std::io::Result<usize>> {
+        tokio::time::timeout_at(deadline, self.read_into(buf))
+            .await
+            .ok()
+    }
 }
 
-impl<R: AsyncRead + Unpin> Source for R {
+/// An output pipe's read end (non-blocking), registered with the reactor only while the pump
+/// waits on an empty pipe: a registered pipe wakes the reactor on each of the child's writes
+/// (`head` writes 4 KiB at a time), whether or not anyone waits, and a streaming pipe would cost
+/// dozens of thread wake-ups per chunk.
+pub(super) struct Pipe(OwnedFd);
+
+impl Pipe {
+    /// Takes a pipe's read end (never registered with the reactor) and makes it non-blocking.
+    pub(super) fn new(fd: OwnedFd) -> std::io::Result<Pipe> {
+        rustix::io::ioctl_fionbio(&fd, true)?;
+        Ok(Pipe(fd))
+    }
+}
+
+impl Source for Pipe {
     async fn read_into(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.read(buf).await
+        loop {
+            if let Some(read) = self.try_read(buf) {
+                return read;
+            }
+            // Readiness the pipe had before the registration is reported at once.
+            // SAFETY: the borrowed descriptor stays open and the same for the registration's
+            // whole life (it ends with this iteration, and `self.0` outlives it).
+            let registered =
+                unsafe { AsyncFd::register_with_interest(self.0.as_fd(), Interest::READABLE) }
+                    .map_err(|e| e.into_parts().1)?;
+            let _ = registered.readable().await?;
+        }
+    }
+
+    fn try_read(&mut self, buf: &mut [u8]) -> Option<std::io::Result<usize>> {
+        loop {
+            match rustix::io::read(&self.0, &mut *buf) {
+                Ok(n) => return Some(Ok(n)),
+                Err(rustix::io::Errno::AGAIN) => return None,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Some(Err(e.into())),
+            }
+        }
+    }
+
+    /// Sleeps until `deadline`, then takes what the pipe holds: waiting for readability instead
+    /// would wake up on each of the child's writes.
+    async fn read_by(
+        &mut self,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Option<std::io::Result<usize>> {
+        tokio::time::sleep_until(deadline).await;
+        self.try_read(buf)
     }
 }
 
@@ -71,7 +140,7 @@ impl Source for Terminal {
     }
 }
 
-/// Reads one output descriptor and hands its chunks to the emitter.
+/// Reads one output descriptor and publishes its chunks.
 pub(super) struct Pump {
     pub(super) kind: StreamKind,
     pub(super) index: usize,
@@ -80,6 +149,7 @@ pub(super) struct Pump {
     /// hands written bytes to the master side asynchronously; a pipe needs no wait.
     pub(super) drain_grace: Option<Duration>,
     pub(super) tx: mpsc::Sender<Event>,
+    pub(super) publisher: Publisher,
 }
 
 impl Pump {
@@ -95,9 +165,7 @@ impl Pump {
                     let mut grace = self.drain_grace.map(|g| Instant::now() + g);
                     loop {
                         let (n, eof) = self.fill(&mut source, &mut buf, 0, grace.take()).await;
-                        if !self.send(&buf[..n]).await {
-                            return;
-                        }
+                        self.publish(&buf[..n]).await;
                         if eof {
                             break 'pump;
                         }
@@ -122,9 +190,7 @@ impl Pump {
             let streaming = last_sent.is_some_and(|t| t.elapsed() < COALESCE);
             let deadline = streaming.then(|| Instant::now() + COALESCE);
             let (n, eof) = self.fill(&mut source, &mut buf, n, deadline).await;
-            if !self.send(&buf[..n]).await {
-                return;
-            }
+            self.publish(&buf[..n]).await;
             last_sent = Some(Instant::now());
             if eof {
                 break;
@@ -143,17 +209,13 @@ impl Pump {
         deadline: Option<Instant>,
     ) -> (usize, bool) {
         while n < buf.len() {
-            let more = match source.read_into(&mut buf[n..]).now_or_never() {
+            let more = match source.try_read(&mut buf[n..]) {
                 Some(result) => result,
                 None => match deadline {
-                    Some(deadline) => {
-                        match tokio::time::timeout_at(deadline, source.read_into(&mut buf[n..]))
-                            .await
-                        {
-                            Ok(result) => result,
-                            Err(_) => return (n, false),
-                        }
-                    }
+                    Some(deadline) => match source.read_by(&mut buf[n..], deadline).await {
+                        Some(result) => result,
+                        None => return (n, false),
+                    },
                     None => return (n, false),
                 },
             };
@@ -165,13 +227,56 @@ impl Pump {
         (n, false)
     }
 
-    async fn send(&self, data: &[u8]) -> bool {
-        if data.is_empty() {
-            return true;
+    async fn publish(&self, data: &[u8]) {
+        if !data.is_empty() {
+            self.publisher.output(self.kind, data).await;
         }
-        self.tx
-            .send(Event::Output(self.kind, data.to_vec()))
-            .await
-            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipe() -> (Pipe, OwnedFd) {
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        (Pipe::new(read).unwrap(), write)
+    }
+
+    /// A pipe off the reactor still wakes its pump: at once when it holds data, on the next
+    /// write when it is empty, and with EOF when the writer closes.
+    #[tokio::test]
+    async fn a_pipe_is_read_when_written_and_at_eof() {
+        let (mut pipe, write) = pipe();
+        let mut buf = [0u8; 16];
+        assert!(pipe.try_read(&mut buf).is_none());
+        rustix::io::write(&write, b"ab").unwrap();
+        assert_eq!(pipe.read_into(&mut buf).await.unwrap(), 2);
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            rustix::io::write(&write, b"cde").unwrap();
+            write
+        });
+        let woken = tokio::time::timeout(Duration::from_secs(30), pipe.read_into(&mut buf));
+        assert_eq!(woken.await.expect("a write wakes the pump").unwrap(), 3);
+        assert_eq!(&buf[..3], b"cde");
+        drop(writer.await.unwrap());
+        assert_eq!(pipe.read_into(&mut buf).await.unwrap(), 0);
+    }
+
+    /// A chunk that may fill up until a deadline takes, in one read, every write made by then;
+    /// an empty pipe gives nothing.
+    #[tokio::test]
+    async fn a_pipe_read_by_a_deadline_takes_every_write_made_by_then() {
+        let (mut pipe, write) = pipe();
+        let mut buf = [0u8; 16];
+        for part in [&b"12"[..], b"34", b"5"] {
+            rustix::io::write(&write, part).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_millis(2);
+        let read = pipe.read_by(&mut buf, deadline).await.unwrap().unwrap();
+        assert_eq!(&buf[..read], b"12345");
+        let deadline = Instant::now() + Duration::from_millis(2);
+        assert!(pipe.read_by(&mut buf, deadline).await.is_none());
     }
 }

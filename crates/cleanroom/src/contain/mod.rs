@@ -216,6 +216,17 @@ impl Container {
         self.watchdog_lost
     }
 
+    /// Releases the watchdog once the run is provably over (see [`Watchdog::release`]) and hands
+    /// it over, to be disarmed when the caller's remaining work (the cgroup's and the root's
+    /// removal) is done; returns it with why it had been lost, if it had been.
+    pub fn release_watchdog(&mut self) -> (Option<Watchdog>, Option<&'static str>) {
+        let watchdog = self.watchdog.take();
+        if let Some(watchdog) = &watchdog {
+            self.watchdog_lost = watchdog.release();
+        }
+        (watchdog, self.watchdog_lost)
+    }
+
     /// Processes of the run survived SIGKILL: the cgroup is left in place for gc (recorded in
     /// the root's marker) rather than removed.
     pub fn left_survivors(&mut self) {

@@ -46,6 +46,8 @@ pub struct Watchdog {
     pipe: OwnedFd,
     /// Why the watchdog stopped guarding the run, once seen (it was stopped or killed).
     lost: std::cell::Cell<Option<&'static str>>,
+    /// Whether it was told `D`one (it is then exiting: its exit is no longer a loss).
+    released: std::cell::Cell<bool>,
 }
 
 /// What the watchdog works from, prepared before the fork.
@@ -134,6 +136,7 @@ impl Watchdog {
                 pidfd: open_child_pidfd(pid)?,
                 pipe: write,
                 lost: std::cell::Cell::new(None),
+                released: std::cell::Cell::new(false),
             }),
         }
     }
@@ -187,15 +190,28 @@ impl Watchdog {
         self.lost.get()
     }
 
-    /// Tells the watchdog the run is over and reaps it; one that was lost (see [`check`]) or
-    /// does not exit within a second is SIGKILLed and reaped, so none is ever left behind.
-    /// Returns why it was lost, if it was.
+    /// Tells the watchdog the run is over (once; it exits without killing) unless it was lost
+    /// (see [`check`]); returns why it was lost, if it was. It stays unreaped, its pid not
+    /// reusable, until [`disarm`]: the runner's remaining work overlaps its exit.
+    ///
+    /// [`check`]: Watchdog::check
+    /// [`disarm`]: Watchdog::disarm
+    pub fn release(&self) -> Option<&'static str> {
+        if !self.released.get() && self.check().is_none() {
+            self.send(&[DONE]);
+            self.released.set(true);
+        }
+        self.lost.get()
+    }
+
+    /// Releases the watchdog (if not yet done) and reaps it; one that was lost (see [`check`])
+    /// or does not exit within a second of its release is SIGKILLed and reaped, so none is ever
+    /// left behind. Returns why it was lost, if it was.
     ///
     /// [`check`]: Watchdog::check
     pub fn disarm(self) -> Option<&'static str> {
         let pid = rustix::process::Pid::from_raw(self.pid);
-        if self.check().is_none() {
-            self.send(&[DONE]);
+        if self.release().is_none() {
             if self.exits_within(Duration::from_secs(1)) {
                 let _ = rustix::process::waitpid(pid, rustix::process::WaitOptions::empty());
                 return None;
@@ -327,7 +343,7 @@ unsafe fn runner_alive(plan: &Plan) -> bool {
 
 /// Where the kernel keeps this process's argv (fields 48 and 49 of `/proc/self/stat`).
 fn argv_area() -> Option<(usize, usize)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let stat = crate::process::read_kernel_text("/proc/self/stat").ok()?;
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     // Index 0 is field 3 (state), so field N is at N - 3.
     let start = fields.get(45)?.parse().ok()?;
@@ -614,5 +630,40 @@ impl Path {
     /// The path, NUL-terminated (every change writes the NUL after `len`).
     fn as_ptr(&self) -> *const libc::c_char {
         self.bytes.as_ptr().cast()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether our child `pid` has exited, without reaping it (`None`: not our child any more).
+    fn exited_unreaped(pid: i32) -> Option<bool> {
+        // SAFETY: waitid into a zeroed siginfo; WNOWAIT reaps nothing.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+            if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) != 0 {
+                return None;
+            }
+            Some(info.si_pid() == pid)
+        }
+    }
+
+    #[test]
+    fn a_released_watchdog_exits_unreaped_is_no_loss_and_is_reaped_by_disarm() {
+        let watchdog = Watchdog::start("watchdog-unit-test", None).unwrap();
+        let pid = watchdog.pid();
+        assert_eq!(exited_unreaped(pid), Some(false), "alive until told");
+        assert_eq!(watchdog.release(), None);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while exited_unreaped(pid) != Some(true) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Exited on `D`, still our unreaped child: its pid cannot be reused yet.
+        assert_eq!(exited_unreaped(pid), Some(true));
+        assert_eq!(watchdog.release(), None, "an exit after `D` is no loss");
+        assert_eq!(watchdog.disarm(), None);
+        assert_eq!(exited_unreaped(pid), None, "reaped");
     }
 }

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::policy::{Access, AppliedRule, EnforcedBy, Rule};
+use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
 use super::DEVICE_FILES;
 use crate::{Error, Result};
 

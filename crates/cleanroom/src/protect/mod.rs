@@ -83,6 +83,7 @@ pub(crate) mod linux;
 mod modes;
 pub mod policy;
 mod project;
+mod rule;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

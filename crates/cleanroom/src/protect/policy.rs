@@ -71,31 +71,9 @@ use serde::Serialize;
 use super::compile::{self, CanonicalRule, MountKind};
 use super::linux::child::{ChildPlan, LandlockPlan, MountStep};
 use super::linux::Rights;
+pub use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
 use super::{linux, Enforcement};
 use crate::{Error, Result};
-
-/// What a process may do with a path and everything beneath it; ordered from weakest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Access {
-    /// Nothing: not even read (and not listed, where a mount hides it).
-    None,
-    /// Read files, list directories, execute.
-    Read,
-    /// Everything, including create, remove, rename, truncate and device ioctls.
-    Write,
-}
-
-/// One filesystem rule.
-#[derive(Clone, Debug, Serialize)]
-pub struct Rule {
-    /// The path it applies to, with everything beneath it.
-    pub path: PathBuf,
-    /// The access granted there.
-    pub access: Access,
-    /// Why the rule exists, for reports (`"the real home (password database)"`).
-    pub reason: String,
-}
 
 /// The network a sandboxed process sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -179,39 +157,6 @@ impl Policy {
             path,
         )
     }
-}
-
-/// How one rule is enforced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EnforcedBy {
-    /// A Landlock rule on the path or an ancestor (or, for `none`, Landlock handling the rights).
-    Landlock,
-    /// A read-only bind mount.
-    ReadOnlyMount,
-    /// An empty tmpfs or `/dev/null` mounted over it.
-    HiddenByMount,
-    /// A copy of the original mount put back over a read-only one.
-    ExposedByMount,
-    /// Landlock grants on its parent's other entries (the cover).
-    Cover,
-    /// The path does not exist; its parent's rule decides.
-    Absent,
-    /// Not enforced (no Landlock, and the policy allowed best effort).
-    NotEnforced,
-}
-
-/// One rule as applied.
-#[derive(Clone, Debug, Serialize)]
-pub struct AppliedRule {
-    /// The canonical path (as given when it does not exist).
-    pub path: PathBuf,
-    /// The access.
-    pub access: Access,
-    /// Why the rule exists.
-    pub reason: String,
-    /// How it is enforced.
-    pub enforced_by: EnforcedBy,
 }
 
 /// Whose `/dev/shm` the child sees.

@@ -9,7 +9,8 @@
 //! 5. wait for its exit, the deadline, or a signal to the runner (forward, grace, KILL; a second
 //!    signal kills at once);
 //! 6. whatever is still alive afterwards is a leak: named, TERMed, given a short grace, KILLed;
-//! 7. release locks; remove (or keep) the root; report.
+//! 7. tell the watchdog the run is over; release locks; remove the cgroup and the root (or keep
+//!    it); reap the watchdog (it exited meanwhile); report.
 //!
 //! Invariant: once the root exists, every path out of [`execute`] removes it (or keeps it when
 //! asked), and no process of the run is alive when [`execute`] returns.
@@ -297,7 +298,8 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         container.left_survivors();
     }
     let guarded = container.has_watchdog();
-    let watchdog_lost = container.disarm_watchdog();
+    // Told `D`one now, reaped last: it exits while the cgroup and the root are removed.
+    let (watchdog, watchdog_lost) = container.release_watchdog();
     let exit = outcome.exit_info(config);
     let containment = ContainmentInfo {
         mechanism: container.mechanism(),
@@ -321,6 +323,9 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     } else {
         Some(root.remove(&ns))
     };
+    if let Some(watchdog) = watchdog {
+        watchdog.disarm();
+    }
     // Signals stay blocked until the root is gone, so an impatient Ctrl-C cannot cut the removal
     // short; what arrived meanwhile is discarded rather than delivered when the mask is restored.
     signals.drain();

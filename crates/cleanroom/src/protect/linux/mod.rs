@@ -15,7 +15,7 @@ use std::path::Path;
 use landlock::{Access as _, AccessFs, ABI};
 use rustix::fs::{Mode, OFlags};
 
-use super::policy::Access;
+use super::rule::Access;
 use crate::{Error, Result};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>` (not exported by libc).
