@@ -4,7 +4,7 @@
 //! cleanroom itself, usage errors included, is one line on stderr and exit 125 (as timeout(1)
 //! and env(1) do, so it never looks like a status of the command); plain `cleanroom` with no
 //! subcommand prints the help on stderr and exits 2.
-#![cfg_attr(all(target_os = "linux", not(test)), no_main)]
+#![cfg_attr(all(target_os = "linux", target_env = "gnu", not(test)), no_main)]
 
 mod completions;
 mod config;
@@ -14,7 +14,7 @@ mod man;
 mod options;
 mod run;
 mod serve;
-#[cfg(all(target_os = "linux", not(test)))]
+#[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
 mod start;
 
 use std::path::PathBuf;
@@ -95,7 +95,7 @@ enum Command {
     Man(man::ManArgs),
 }
 
-#[cfg(not(all(target_os = "linux", not(test))))]
+#[cfg(not(all(target_os = "linux", target_env = "gnu", not(test))))]
 fn main() -> std::process::ExitCode {
     std::process::ExitCode::from(cli_main())
 }

@@ -1,10 +1,14 @@
-//! The process entry point on Linux: the part of std's runtime start-up (`lang_start`) that
-//! cleanroom relies on, without the rest.
+//! The process entry point on Linux with glibc: the part of std's runtime start-up
+//! (`lang_start`) that cleanroom relies on, without the rest.
 //!
 //! std's start-up also finds the main thread's stack through `pthread_getattr_np`, which on
-//! glibc reads and parses `/proc/self/maps` (and queries the CPU affinity), only to print
-//! "has overflowed its stack" instead of dying of a plain SIGSEGV; that is a tenth of a
-//! millisecond or more of every run, and a stack overflow kills the process either way.
+//! glibc reads and parses `/proc/self/maps` (and queries the CPU affinity), only to install the
+//! handler that prints "has overflowed its stack": a tenth of a millisecond or more of every
+//! run. Without it a stack overflow, on the main thread or any other (the exec-server's tokio
+//! workers), still hits the guard page and kills the process, by a plain SIGSEGV without that
+//! message; memory safety is the same. The main thread has no name (a panic says
+//! `'<unnamed>'`). glibc only: std reads the arguments through an `.init_array` hook there,
+//! while on other C libraries only `lang_start` records them.
 //!
 //! Invariant: before any other code runs, exactly what std would have done and cleanroom needs
 //! is done — descriptors 0–2 are open (on `/dev/null` if they were closed, so no file opened

@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -462,14 +463,20 @@ fn sigpipe_ignored(status: &str) -> bool {
 fn the_binary_ignores_sigpipe_and_its_command_starts_with_the_default() {
     // A write to a closed pipe is an error for cleanroom, never its death by SIGPIPE.
     let sandbox = Sandbox::new("sigpipe");
-    let mut child = sandbox
+    // Its stdout is a pipe whose read end is closed before it starts: the help's write fails.
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills the two descriptors, each owned exactly once below.
+    let (read, write) = unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+    };
+    drop(read);
+    let out = sandbox
         .command(&["--help"])
-        .stdout(Stdio::piped())
+        .stdout(Stdio::from(write))
         .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -20,15 +20,20 @@
 //! The reference is started only inside a network namespace whose only interface is `lo`
 //! (`scripts/bench` runs this client under `unshare --net`): it can reach nothing but loopback.
 //!
-//! The client keeps its own work small so the figures measure the server: each frame is parsed
-//! borrowing from it (no `Value`, no copy of the chunk) and its chunk decoded by a SIMD base64
-//! decoder into one reused buffer.
+//! The client keeps its own work small so the figures measure the server: a chunk is found by
+//! SIMD search and decoded by a SIMD base64 decoder straight from the frame into one reused
+//! buffer, and only the small JSON around it goes through serde_json (see [`Decoder`]). It still
+//! checks everything: per process seqs strictly increasing (only unique for the reference, which
+//! delivers them out of order), every chunk from stdout and nothing
+//! but zeros, the byte count exact.
 //!
 //! Usage: `bench (--cleanroom PATH | --reference CODEX) --work DIR [--rounds N] [--bytes B]
 //! [--streams K] [--no-baselines]`; DIR is an existing private dir the caller removes (cleanroom's state dir,
 //! the servers' HOME, TMPDIR and CODEX_HOME go in it). `scripts/bench` builds it and runs it
 //! once per round and server for its `serve-*` pairs.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -222,7 +227,7 @@ fn assert_only_loopback() {
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// What the client reads of any frame, borrowed from it.
+/// What the client reads of any frame, borrowed from it (or from its copy with the chunk cut out).
 #[derive(Deserialize)]
 struct Frame<'a> {
     id: Option<u64>,
@@ -237,44 +242,108 @@ struct Frame<'a> {
 struct Params<'a> {
     #[serde(borrow, rename = "processId")]
     process_id: Option<&'a str>,
+    seq: Option<u64>,
     #[serde(borrow)]
-    chunk: Option<&'a str>,
+    stream: Option<&'a str>,
+    /// A `Cow` so that the full parse takes a chunk with JSON escapes too.
+    #[serde(borrow)]
+    chunk: Option<Cow<'a, str>>,
 }
 
-/// A frame as the client sees it: response id, whether it is an error, method, process id and
-/// decoded chunk length.
+/// A frame as the client sees it: response id, whether it is an error, method, and of a
+/// notification its process id, seq, stream and decoded chunk.
 struct Seen<'a> {
     id: Option<u64>,
     error: bool,
     method: Option<&'a str>,
     process_id: Option<&'a str>,
-    len: usize,
+    seq: Option<u64>,
+    stream: Option<&'a str>,
+    data: &'a [u8],
 }
 
-/// Decodes the chunks of `process/output` notifications into one reused buffer.
+/// The chunk's key as a compact serializer writes it; a raw `"` never occurs inside a JSON
+/// string, so this is a key followed by a string value wherever it is found.
+const CHUNK_KEY: &[u8] = br#""chunk":""#;
+
+/// Parses frames, decoding the chunks of `process/output` notifications into one reused buffer.
+///
+/// Fast path: the chunk's base64 is found by SIMD search (its key, then the next `"`), decoded
+/// straight from the frame (the decoder rejects anything outside the base64 alphabet, so an
+/// escape makes it fail), and the rest of the frame, the chunk cut out, parsed by serde_json:
+/// per frame the scalar work is the small JSON around the chunk. It counts only if that rest
+/// has the cut chunk as `params.chunk`; anything else (no such key, an escape, the key at
+/// another place) takes the full parse of the whole frame.
 #[derive(Default)]
 struct Decoder {
     buf: Vec<u8>,
+    /// The frame with its chunk cut out, when the fast path applied.
+    rest: String,
 }
 
 impl Decoder {
-    fn decode<'a>(&mut self, text: &'a str) -> Seen<'a> {
-        let frame: Frame = serde_json::from_str(text).unwrap();
-        let params = frame.params.unwrap_or_default();
-        let len = params.chunk.map_or(0, |chunk| {
-            let chunk = chunk.as_bytes();
-            self.buf
-                .resize(BASE64.estimated_decoded_length(chunk.len()), 0);
-            BASE64.decode(chunk, self.buf.as_out()).unwrap().len()
-        });
-        Seen {
-            id: frame.id,
-            error: frame.error.is_some(),
-            method: frame.method,
-            process_id: params.process_id,
-            len,
+    fn decode<'a>(&'a mut self, text: &'a str) -> Seen<'a> {
+        if let Some(len) = self.cut_and_decode(text) {
+            let frame: Frame = serde_json::from_str(&self.rest).unwrap();
+            return seen(frame, &self.buf[..len]);
         }
+        let frame: Frame = serde_json::from_str(text).unwrap();
+        let len = match frame.params.as_ref().and_then(|p| p.chunk.as_deref()) {
+            Some(chunk) => decode_into(&mut self.buf, chunk.as_bytes())
+                .unwrap_or_else(|e| panic!("chunk is not base64: {e}")),
+            None => 0,
+        };
+        seen(frame, &self.buf[..len])
     }
+
+    /// The fast path: with the chunk found, decoded into `buf` and cut out into `rest`, and the
+    /// rest's `params.chunk` the cut (empty) one, the decoded length.
+    fn cut_and_decode(&mut self, text: &str) -> Option<usize> {
+        let bytes = text.as_bytes();
+        let start = memchr::memmem::find(bytes, CHUNK_KEY)? + CHUNK_KEY.len();
+        let end = start + memchr::memchr(b'"', &bytes[start..])?;
+        let len = decode_into(&mut self.buf, &bytes[start..end]).ok()?;
+        self.rest.clear();
+        self.rest.push_str(&text[..start]);
+        self.rest.push_str(&text[end..]);
+        let frame: Frame = serde_json::from_str(&self.rest).ok()?;
+        let cut = frame.params.and_then(|p| p.chunk);
+        (cut.as_deref() == Some("")).then_some(len)
+    }
+}
+
+/// Decodes base64 `chunk` into `buf`; returns the decoded length.
+fn decode_into(buf: &mut Vec<u8>, chunk: &[u8]) -> Result<usize, base64_simd::Error> {
+    buf.resize(BASE64.estimated_decoded_length(chunk.len()), 0);
+    Ok(BASE64.decode(chunk, buf.as_out())?.len())
+}
+
+fn seen<'a>(frame: Frame<'a>, data: &'a [u8]) -> Seen<'a> {
+    let params = frame.params.unwrap_or_default();
+    Seen {
+        id: frame.id,
+        error: frame.error.is_some(),
+        method: frame.method,
+        process_id: params.process_id,
+        seq: params.seq,
+        stream: params.stream,
+        data,
+    }
+}
+
+/// Whether `data` is all zeros: an OR over blocks, which the compiler vectorizes (an `all` over
+/// bytes, which may stop at any byte, runs one byte at a time).
+fn zeros(data: &[u8]) -> bool {
+    data.chunks(4096)
+        .all(|block| block.iter().fold(0, |acc, &b| acc | b) == 0)
+}
+
+/// Checks one `process/output` chunk: from stdout, and nothing but the zeros of `head -c B
+/// /dev/zero`; returns its length.
+fn check_output(seen: &Seen) -> usize {
+    assert_eq!(seen.stream, Some("stdout"), "process/output stream");
+    assert!(zeros(seen.data), "process/output chunk is not zeros");
+    seen.data.len()
 }
 
 async fn send(ws: &mut Ws, message: Value) {
@@ -304,7 +373,8 @@ async fn connect(url: &str) -> Ws {
     .await;
     loop {
         let text = next_text(&mut ws).await;
-        let seen = Decoder::default().decode(&text);
+        let mut decoder = Decoder::default();
+        let seen = decoder.decode(&text);
         if seen.id == Some(0) {
             assert!(!seen.error, "initialize: {text}");
             break;
@@ -314,9 +384,44 @@ async fn connect(url: &str) -> Ws {
     ws
 }
 
+/// The seqs of one process's notifications (one counter, shared by output, exited and closed).
+struct Seqs {
+    /// Whether they must arrive in increasing order (cleanroom's guarantee); else only unique
+    /// (the reference delivers them out of order).
+    ordered: bool,
+    last: u64,
+    seen: HashSet<u64>,
+}
+
+impl Seqs {
+    fn new(ordered: bool) -> Seqs {
+        Seqs {
+            ordered,
+            last: 0,
+            seen: HashSet::new(),
+        }
+    }
+
+    fn check(&mut self, seq: u64) {
+        if self.ordered {
+            assert!(seq > self.last, "seq {seq} after {}", self.last);
+            self.last = seq;
+        } else {
+            assert!(self.seen.insert(seq), "seq {seq} twice");
+        }
+    }
+}
+
 /// Starts `argv` as request `id` and reads until its `process/closed` (its response and its
-/// notifications may come in any order); returns decoded output bytes and chunks.
-async fn run(ws: &mut Ws, id: u64, process_id: &str, argv: &[&str]) -> (usize, usize) {
+/// notifications may come in any order); returns decoded output bytes and chunks. With
+/// `ordered`, the process's seqs must arrive in increasing order.
+async fn run(
+    ws: &mut Ws,
+    id: u64,
+    process_id: &str,
+    argv: &[&str],
+    ordered: bool,
+) -> (usize, usize) {
     let env_policy = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
         "set": {}, "includeOnly": []});
     let params = json!({"processId": process_id, "argv": argv, "cwd": "file:///", "env": {},
@@ -327,6 +432,7 @@ async fn run(ws: &mut Ws, id: u64, process_id: &str, argv: &[&str]) -> (usize, u
     )
     .await;
     let (mut bytes, mut chunks, mut started) = (0, 0, false);
+    let mut seqs = Seqs::new(ordered);
     let mut decoder = Decoder::default();
     loop {
         let text = next_text(ws).await;
@@ -339,9 +445,13 @@ async fn run(ws: &mut Ws, id: u64, process_id: &str, argv: &[&str]) -> (usize, u
         if seen.process_id != Some(process_id) {
             continue;
         }
+        seqs.check(
+            seen.seq
+                .unwrap_or_else(|| panic!("no seq: {:?}", seen.method)),
+        );
         match seen.method {
             Some("process/output") => {
-                bytes += seen.len;
+                bytes += check_output(&seen);
                 chunks += 1;
             }
             Some("process/closed") => {
@@ -372,12 +482,13 @@ struct Figures {
 async fn bench_server(o: &Options) -> Figures {
     let (server, url) = o.server.start(&o.work);
     let mut ws = connect(&url).await;
+    let ordered = matches!(o.server, Server::Cleanroom(_));
     let mut trips = Vec::new();
     let mut id = 0;
     for round in 0..o.rounds + 10 {
         let started = Instant::now();
         id += 1;
-        run(&mut ws, id, &format!("t{round}"), &["/bin/true"]).await;
+        run(&mut ws, id, &format!("t{round}"), &["/bin/true"], ordered).await;
         if round >= 10 {
             trips.push(started.elapsed());
         }
@@ -389,7 +500,7 @@ async fn bench_server(o: &Options) -> Figures {
     for stream in 0..o.streams {
         let (started, cpu) = (Instant::now(), cpu_time(server.id()));
         id += 1;
-        let (bytes, n) = run(&mut ws, id, &format!("big{stream}"), &argv).await;
+        let (bytes, n) = run(&mut ws, id, &format!("big{stream}"), &argv, ordered).await;
         let rate = bytes as f64 / started.elapsed().as_secs_f64();
         assert_eq!(bytes, o.bytes, "every byte arrives");
         streams.push((rate, cpu_time(server.id()) - cpu));
@@ -469,7 +580,7 @@ fn consume_notification(decoder: &mut Decoder, message: &Message) -> usize {
     let Message::Text(text) = message else {
         return 0;
     };
-    decoder.decode(text).len
+    check_output(&decoder.decode(text))
 }
 
 #[tokio::main]
@@ -520,4 +631,95 @@ async fn main() {
         served / raw,
         served / shaped
     );
+}
+
+/// `cargo test -p cleanroom-exec-server --example bench`
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (fast path taken, id, method, process id, seq, decoded chunk) of `text`.
+    fn see(
+        text: &str,
+    ) -> (
+        bool,
+        Option<u64>,
+        Option<String>,
+        Option<String>,
+        Option<u64>,
+        Vec<u8>,
+    ) {
+        let fast = Decoder::default().cut_and_decode(text).is_some();
+        let mut decoder = Decoder::default();
+        let s = decoder.decode(text);
+        let owned = |v: Option<&str>| v.map(str::to_string);
+        (
+            fast,
+            s.id,
+            owned(s.method),
+            owned(s.process_id),
+            s.seq,
+            s.data.to_vec(),
+        )
+    }
+
+    #[test]
+    fn the_fast_path_sees_what_the_full_parse_sees_in_any_field_order() {
+        let chunk = BASE64.encode_to_string(b"hello\0world");
+        for text in [
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"process/output","params":{{"processId":"p","seq":7,"stream":"stdout","chunk":"{chunk}"}}}}"#
+            ),
+            format!(
+                r#"{{"params":{{"chunk":"{chunk}","seq":7,"stream":"stdout","processId":"p"}},"method":"process/output"}}"#
+            ),
+        ] {
+            let seen = see(&text);
+            assert!(seen.0, "fast path on {text}");
+            let expected = (
+                Some("process/output".into()),
+                Some("p".into()),
+                Some(7),
+                b"hello\0world".to_vec(),
+            );
+            assert_eq!((seen.2, seen.3, seen.4, seen.5), expected);
+        }
+    }
+
+    #[test]
+    fn an_escaped_or_misplaced_chunk_takes_the_full_parse() {
+        // `\/` is a valid JSON escape of `/`, which the base64 decoder rejects.
+        let escaped =
+            r#"{"method":"process/output","params":{"processId":"p","seq":1,"chunk":"YS\/h"}}"#;
+        let seen = see(escaped);
+        assert!(!seen.0);
+        assert_eq!(seen.5, BASE64.decode_to_vec("YS/h").unwrap());
+        // A `chunk` key outside `params`: the rest's params.chunk is not the cut one.
+        let misplaced =
+            r#"{"id":3,"result":{"chunk":"YWJj"},"params":{"processId":"p","chunk":"eHl6"}}"#;
+        let seen = see(misplaced);
+        assert!(!seen.0);
+        assert_eq!((seen.1, seen.5), (Some(3), b"xyz".to_vec()));
+        // No chunk at all.
+        let closed = r#"{"method":"process/closed","params":{"processId":"p","seq":2}}"#;
+        assert_eq!(
+            see(closed),
+            (
+                false,
+                None,
+                Some("process/closed".into()),
+                Some("p".into()),
+                Some(2),
+                vec![]
+            )
+        );
+    }
+
+    #[test]
+    fn only_zeros_are_zeros() {
+        let mut data = vec![0u8; 10_000];
+        assert!(zeros(&data));
+        data[9_999] = 1;
+        assert!(!zeros(&data));
+    }
 }

@@ -3,13 +3,12 @@
 //!
 //! Invariant: each attachment has a generation; detaching names the generation it ends, so a
 //! connection that lost its session to a resume cannot detach the new connection. Queues are
-//! bounded: a client that does not read slows its own processes' output, never the server.
+//! bounded (by messages and by bytes): a client that does not read slows its own processes'
+//! output, never the server.
 
 use std::sync::{Mutex, PoisonError};
 
-use tokio::sync::mpsc;
-
-use crate::transport::Outbound;
+use crate::transport::{Outbound, Sender};
 
 /// A session's current destination.
 #[derive(Debug, Default)]
@@ -20,7 +19,7 @@ pub struct Outlet {
 #[derive(Debug, Default)]
 struct Attachment {
     generation: u64,
-    queue: Option<mpsc::Sender<Outbound>>,
+    queue: Option<Sender>,
 }
 
 impl Outlet {
@@ -34,7 +33,7 @@ impl Outlet {
     }
 
     /// Attaches `queue` unless a connection is attached already; returns the new generation.
-    pub fn attach(&self, queue: mpsc::Sender<Outbound>) -> Option<u64> {
+    pub fn attach(&self, queue: Sender) -> Option<u64> {
         let mut inner = self.lock();
         if inner.queue.is_some() {
             return None;

@@ -11,12 +11,12 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::{handler, Call, Handler, Parker, Session, Shared};
 use crate::process::start;
 use crate::protocol::{self, Incoming, Params, RequestId, RpcError};
-use crate::transport::{Outbound, Peer};
+use crate::transport::{Outbound, Peer, Sender};
 
 /// Requests of one connection running at once.
 pub const INFLIGHT: usize = 64;
@@ -24,14 +24,14 @@ pub const INFLIGHT: usize = 64;
 /// A connected client.
 pub struct Connection {
     shared: Arc<Shared>,
-    queue: mpsc::Sender<Outbound>,
+    queue: Sender,
     binding: Mutex<Option<(Arc<Session>, u64)>>,
     inflight: Arc<Semaphore>,
 }
 
 impl Connection {
     /// A connection whose messages are written through `queue`.
-    pub fn new(shared: Arc<Shared>, queue: mpsc::Sender<Outbound>) -> Arc<Connection> {
+    pub fn new(shared: Arc<Shared>, queue: Sender) -> Arc<Connection> {
         Arc::new(Connection {
             shared,
             queue,

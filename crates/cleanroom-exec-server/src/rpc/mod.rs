@@ -16,12 +16,11 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use crate::environment::Environment;
 use crate::process::Reaper;
 use crate::protocol::RpcError;
-use crate::transport::{Outbound, Service};
+use crate::transport::{Sender, Service};
 
 mod connection;
 mod methods;
@@ -56,7 +55,7 @@ pub struct Rpc(pub Arc<Shared>);
 impl Service for Rpc {
     type Peer = Arc<Connection>;
 
-    fn connect(&self, queue: mpsc::Sender<Outbound>) -> Arc<Connection> {
+    fn connect(&self, queue: Sender) -> Arc<Connection> {
         Connection::new(self.0.clone(), queue)
     }
 }

@@ -3,8 +3,8 @@
 //! Owns: accepting connections (a small pending budget for unauthenticated ones, see
 //! `admission`; `--max-connections` for authenticated ones), the HTTP side (`GET /readyz`, the
 //! capability check with close 1008), frame size limits (close 1009 before parsing), pings, and
-//! each connection's writer, whose queue is bounded and whose sends time out when the client
-//! stops reading. It knows nothing of JSON-RPC: each connection is handed to a [`Service`]'s
+//! each connection's writer, whose queue is bounded by messages and by bytes (`queue`) and whose
+//! sends time out when the client stops reading. It knows nothing of JSON-RPC: each connection is handed to a [`Service`]'s
 //! [`Peer`], which gets every message and may queue [`Outbound`] messages.
 //!
 //! Invariant: anything a client does ends at most its own connection: errors of one socket are
@@ -12,12 +12,12 @@
 
 use std::future::Future;
 
-use tokio::sync::mpsc;
-
 mod admission;
+mod queue;
 mod stdio;
 mod websocket;
 
+pub use queue::Sender;
 pub use stdio::serve_stdio;
 pub use websocket::serve_websocket;
 
@@ -34,9 +34,6 @@ pub mod close {
     /// `--max-connections` authenticated connections are open.
     pub const TRY_AGAIN_LATER: u16 = 1013;
 }
-
-/// Messages queued per connection before senders wait.
-pub const QUEUE: usize = 64;
 
 /// One message for a connection's writer (closing is the transport's own business).
 #[derive(Debug)]
@@ -59,7 +56,7 @@ pub trait Service: Send + Sync + 'static {
     /// The per-connection handler.
     type Peer: Peer;
     /// A new connection whose outbound messages go to `queue`.
-    fn connect(&self, queue: mpsc::Sender<Outbound>) -> Self::Peer;
+    fn connect(&self, queue: Sender) -> Self::Peer;
 }
 
 /// One connection's handler.

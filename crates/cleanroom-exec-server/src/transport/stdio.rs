@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
-use super::{Limits, Outbound, Peer, Service, QUEUE};
+use super::{queue, Limits, Outbound, Peer, Service};
 use crate::protocol::{self, RpcError};
 
 /// Serves one client on stdin/stdout; returns at EOF (after the session has been handled as a
@@ -17,11 +17,12 @@ pub async fn serve_stdio<S: Service>(
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (queue, mut outbound) = mpsc::channel::<Outbound>(QUEUE);
+    let (queue, mut outbound) = queue::channel();
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
-        while let Some(Outbound::Text(text)) = outbound.recv().await {
-            if stdout.write_all(text.as_bytes()).await.is_err()
+        // Each message's bytes return to the queue's budget once it is written.
+        while let Some(message) = outbound.recv().await {
+            if stdout.write_all(message.text().as_bytes()).await.is_err()
                 || stdout.write_all(b"\n").await.is_err()
                 || stdout.flush().await.is_err()
             {

@@ -8,7 +8,7 @@ use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
@@ -16,7 +16,8 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::admission::{Admission, Ticket};
-use super::{close, Limits, Outbound, Peer, Service, QUEUE};
+use super::queue::{self, Receiver};
+use super::{close, Limits, Peer, Service};
 /// Longest time from accept to a shown capability (upgrade included).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Interval of server pings.
@@ -203,7 +204,7 @@ async fn run_websocket<S: Service>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (sink, mut stream) = ws.split();
-    let (queue, outbound) = mpsc::channel::<Outbound>(QUEUE);
+    let (queue, outbound) = queue::channel();
     let (close_tx, close_rx) = oneshot::channel();
     let mut writer = tokio::spawn(write(sink, outbound, close_rx));
     let connection = service.connect(queue);
@@ -265,10 +266,12 @@ async fn run_websocket<S: Service>(
 }
 
 /// The connection's writer: queued messages in batches, pings, and at the end the close frame
-/// (ahead of anything still queued). Returns the sink for the lingering close.
+/// (ahead of anything still queued). A message's bytes return to the queue's budget once it is
+/// fed to the sink (whose buffer a flush empties every [`BATCH_BYTES`]). Returns the sink for the
+/// lingering close.
 async fn write(
     mut sink: Sink,
-    mut outbound: mpsc::Receiver<Outbound>,
+    mut outbound: Receiver,
     mut closing: oneshot::Receiver<(u16, &'static str)>,
 ) -> Sink {
     let mut ping =
@@ -301,15 +304,17 @@ async fn write(
                 Some(message) => Some(message),
                 None => {
                     sink.feed(Message::Ping(Vec::new().into())).await?;
-                    outbound.try_recv().ok()
+                    outbound.try_recv()
                 }
             };
             let mut fed = 0usize;
-            while let Some(Outbound::Text(text)) = next.take() {
+            while let Some(message) = next.take() {
+                let (text, written) = message.into_parts();
                 fed += text.len();
                 sink.feed(Message::text(text)).await?;
+                drop(written);
                 if fed < BATCH_BYTES {
-                    next = outbound.try_recv().ok();
+                    next = outbound.try_recv();
                 }
             }
             sink.flush().await

@@ -145,28 +145,40 @@ fn is_cgroup2_mount_root(path: &str) -> bool {
     root && rustix::fs::fstatfs(&fd).is_ok_and(|st| st.f_type as u64 == CGROUP2_SUPER_MAGIC)
 }
 
-/// The first cgroup2 mount of `/proc/self/mountinfo`.
+/// The first cgroup2 mount of `/proc/self/mountinfo` that is still a cgroup2 mount root where it
+/// is listed (one hidden by a later mount on top is passed over), else the first listed (a
+/// kernel without statx's mount-root attribute proves none).
 fn cgroup2_mount_from_mountinfo() -> Result<PathBuf> {
     let mountinfo =
         process::read_kernel_text("/proc/self/mountinfo").at("read", "/proc/self/mountinfo")?;
-    cgroup2_mount_in(&mountinfo).ok_or_else(|| Error::Unsupported {
-        what: "cgroup v2",
-        reason: "no cgroup2 filesystem is mounted".into(),
-    })
+    let listed = cgroup2_mounts_in(&mountinfo);
+    let proven = listed
+        .iter()
+        .find(|p| p.to_str().is_some_and(is_cgroup2_mount_root));
+    proven
+        .or(listed.first())
+        .cloned()
+        .ok_or_else(|| Error::Unsupported {
+            what: "cgroup v2",
+            reason: "no cgroup2 filesystem is mounted".into(),
+        })
 }
 
-/// The mount point of the first cgroup2 filesystem in a mountinfo text.
-fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|line| {
-        let (before, after) = line.split_once(" - ")?;
-        if after.split(' ').next()? != "cgroup2" {
-            return None;
-        }
-        before
-            .split(' ')
-            .nth(4)
-            .map(|p| PathBuf::from(unescape_mountinfo(p)))
-    })
+/// The mount points of the cgroup2 filesystems in a mountinfo text, in its order.
+fn cgroup2_mounts_in(mountinfo: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (before, after) = line.split_once(" - ")?;
+            if after.split(' ').next()? != "cgroup2" {
+                return None;
+            }
+            before
+                .split(' ')
+                .nth(4)
+                .map(|p| PathBuf::from(unescape_mountinfo(p)))
+        })
+        .collect()
 }
 
 /// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo field.
@@ -657,16 +669,17 @@ mod tests {
     }
 
     #[test]
-    fn cgroup2_mount_is_found_in_mountinfo_and_unescaped() {
+    fn cgroup2_mounts_are_found_in_mountinfo_in_order_and_unescaped() {
         let text = "25 1 0:22 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
-                    30 25 0:27 / /sys/fs/cgroup/my\\040unified rw,nosuid - cgroup2 cgroup2 rw\n";
+                    30 25 0:27 / /sys/fs/cgroup/my\\040unified rw,nosuid - cgroup2 cgroup2 rw\n\
+                    31 25 0:27 / /tmp/again rw - cgroup2 cgroup2 rw\n";
         assert_eq!(
-            cgroup2_mount_in(text),
-            Some(PathBuf::from("/sys/fs/cgroup/my unified"))
+            cgroup2_mounts_in(text),
+            [
+                PathBuf::from("/sys/fs/cgroup/my unified"),
+                PathBuf::from("/tmp/again")
+            ]
         );
-        assert_eq!(
-            cgroup2_mount_in("25 1 0:22 / /x rw - ext4 /dev/vda rw\n"),
-            None
-        );
+        assert!(cgroup2_mounts_in("25 1 0:22 / /x rw - ext4 /dev/vda rw\n").is_empty());
     }
 }
