@@ -16,7 +16,9 @@
 //! standard I/O. Every signal is blocked across the clone, so no handler of the server runs in
 //! the child; the child resets every caught disposition to the default before it unblocks them.
 //! Children are cloned one at a time ([`ONE_AT_A_TIME`]): a confinement hook stores the
-//! descriptors it keeps in its plan's slots, memory every child of that plan shares.
+//! descriptors it keeps in its plan's slots, memory every child of that plan shares. (The
+//! server also spawns everything under the reaper's lock, so a forked terminal child never
+//! overlaps a clone either; the lock here keeps the rule local to this module.)
 //! The steps follow `Command`'s order: stdio, cwd, then the hooks (cgroup join, signal reset,
 //! setsid, the confinement hook last), then exec with glibc `execvp`'s search over the child's
 //! own `PATH` (as `Command` does when the child's environment sets it).
@@ -149,7 +151,13 @@ impl<'a> Plan<'a> {
         restore_signals(&saved);
         drop(one);
         if pid < 0 {
-            return Err(clone_error);
+            return Err(match clone_error.raw_os_error() {
+                Some(libc::ENOSYS | libc::EINVAL) => io::Error::new(
+                    clone_error.kind(),
+                    format!("clone with CLONE_PIDFD failed (Linux 5.4 or later is needed): {clone_error}"),
+                ),
+                _ => clone_error,
+            });
         }
         // SAFETY: CLONE_PIDFD stored a new descriptor, ours alone.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -163,12 +171,14 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// Every path `execvp` would try for `program` over `path`, in order.
+/// Every path `execvp` would try for `program` over `path`, in order (an entry of `PATH_MAX`
+/// bytes or more is passed over, as glibc does).
 fn candidates(program: &[u8], path: &[u8]) -> io::Result<Vec<CString>> {
     if program.is_empty() || program.contains(&b'/') {
         return Ok(vec![cstring(program)?]);
     }
     path.split(|&b| b == b':')
+        .filter(|dir| dir.len() < libc::PATH_MAX as usize)
         .map(|dir| match dir {
             b"" => cstring(program),
             dir if dir.ends_with(b"/") => cstring(&[dir, program].concat()),
@@ -272,7 +282,8 @@ unsafe fn exec(plan: &mut Plan<'_>) -> c_int {
             // `sh_argv` has at least its two first slots.
             *plan.sh_argv.as_mut_ptr().add(1) = candidate.as_ptr();
             libc::execve(plan.sh_argv[0], plan.sh_argv.as_ptr(), plan.envp.as_ptr());
-            return errno();
+            // Judged like the candidate's own error, as `execvp` does.
+            last = errno();
         }
         if last == libc::EACCES {
             denied = true;
@@ -527,6 +538,20 @@ mod tests {
         assert_eq!(paths("./x", "/bin"), ["./x"]);
         assert_eq!(paths("", "/bin"), [""]);
         assert_eq!(paths("sh", "/a:/b/::c"), ["/a/sh", "/b/sh", "sh", "c/sh"]);
+    }
+
+    #[tokio::test]
+    async fn a_path_entry_too_long_for_the_kernel_is_passed_over() {
+        let long = "/x".repeat(3000);
+        assert_eq!(
+            paths("true", &format!("{long}:/usr/bin")),
+            ["/usr/bin/true"]
+        );
+        let path = format!("{long}:/usr/bin:/bin");
+        let (status, _) = run(&["true"], Path::new("/"), &[("PATH", &path)], None)
+            .await
+            .unwrap();
+        assert_eq!(status.code(), Some(0));
     }
 
     #[tokio::test]
