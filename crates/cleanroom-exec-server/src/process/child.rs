@@ -19,6 +19,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::fmt::Write as _;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -31,7 +32,8 @@ use cleanroom::protect::Protection;
 use rustix::process::Signal;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin};
+use tokio::net::unix::pipe;
+use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -39,6 +41,7 @@ use super::outlet::Outlet;
 use super::pty::{self, Master};
 use super::pump::{Drain, Event, Pipe, Pump, StreamKind, Terminal};
 use super::reaper::{Members, Membership, Reaper, Scope, SESSION_ID_VAR};
+use super::spawn;
 use crate::envpolicy::EXEC_ID_VAR;
 use crate::protocol::{notification, RpcError};
 
@@ -121,19 +124,46 @@ impl State {
 }
 
 enum Stdin {
-    Pipe(ChildStdin),
+    Pipe(pipe::Sender),
     Pty(Arc<Master>),
 }
 
-/// The descriptors and child handed to [`Process::begin`].
+/// The descriptors and main process handed to [`Process::begin`].
 pub struct Started {
-    child: Child,
+    main: Main,
     outputs: Outputs,
 }
 
 enum Outputs {
-    Pipes(tokio::process::ChildStdout, tokio::process::ChildStderr),
+    /// The read ends of stdout and stderr, not registered with the reactor (the pumps' `Pipe`).
+    Pipes(OwnedFd, OwnedFd),
     Pty(Arc<Master>),
+}
+
+/// How the main process's exit is awaited: a terminal's process is tokio's child, a
+/// pipe-connected one is started by [`spawn`] and waited for through its pidfd.
+enum Main {
+    Tokio(Child),
+    Direct(spawn::Exit),
+}
+
+impl Main {
+    async fn wait(self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Main::Tokio(mut child) => child.wait().await,
+            Main::Direct(exit) => exit.wait().await,
+        }
+    }
+}
+
+/// A started main process and its descriptors, before the [`Process`] is made.
+struct Launched {
+    pid: i32,
+    main: Main,
+    terminal: Option<Arc<Master>>,
+    outputs: Outputs,
+    stdin: Option<Stdin>,
+    output_links: Vec<Vec<u8>>,
 }
 
 /// A started process of a session.
@@ -167,96 +197,27 @@ impl Process {
         session: (&Scope, Arc<Outlet>),
     ) -> Result<(Arc<Process>, Started), RpcError> {
         let (scope, outlet) = session;
-        let mut command = tokio::process::Command::new(OsStr::from_bytes(spec.argv[0].as_bytes()));
-        command
-            .args(&spec.argv[1..])
-            .current_dir(&spec.cwd)
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            // The session's tag, whatever the client sent: the session reaps by it.
-            .env(SESSION_ID_VAR, OsStr::from_bytes(scope.value()))
-            .kill_on_drop(false);
-        if let Some(arg0) = &spec.arg0 {
-            command.arg0(arg0);
-        }
-        container.configure(command.as_std_mut());
-        // Default dispositions and no blocked signal, whatever the server's parent ignored or
-        // blocked (a command started with TERM blocked or INT ignored could never be stopped).
-        cleanroom::contain::reset_signals_on_exec(command.as_std_mut());
-        let terminal = if spec.tty {
-            let master = pty::attach(&mut command)
-                .map_err(|e| RpcError::internal(format!("cannot open a terminal: {e}")))?;
-            Some(Arc::new(master))
+        let hook = spec.confinement.child_hook(protection);
+        let launched = if spec.tty {
+            launch_on_terminal(spec, container, scope, hook, reaper)?
         } else {
-            let stdin = if spec.pipe_stdin {
-                std::process::Stdio::piped()
-            } else {
-                std::process::Stdio::null()
-            };
-            command
-                .stdin(stdin)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            // SAFETY: runs between fork and exec and makes one raw system call (setsid), which
-            // neither allocates nor takes locks.
-            unsafe {
-                command.pre_exec(|| {
-                    rustix::process::setsid()?;
-                    Ok(())
-                });
-            }
-            None
+            launch_on_pipes(spec, container, scope, hook.as_ref(), reaper)?
         };
-        if let Some(hook) = spec.confinement.child_hook(protection) {
-            // SAFETY: the hook makes only raw, async-signal-safe system calls on data captured
-            // before the fork; it is registered last, so it is the last step before exec.
-            unsafe {
-                command.pre_exec(hook);
-            }
-        }
-        let mut child = {
-            let mut guard = reaper.spawning();
-            let child = command.spawn().map_err(|e| spawn_error(spec, &e))?;
-            if let Some(pid) = child.id() {
-                guard.own(pid as i32);
-            }
-            child
-        };
-        // The terminal's slave ends live in `command`; they must close for EOF to ever come.
-        drop(command);
-        let pid = child.id().map(|p| p as i32).ok_or_else(|| {
-            RpcError::internal("spawned process has no pid (reaped already)".to_string())
-        })?;
-        let main = ProcessId::of(pid)
+        let Launched {
+            pid,
+            main,
+            terminal,
+            outputs,
+            stdin,
+            output_links,
+        } = launched;
+        let main_id = ProcessId::of(pid)
             .ok_or_else(|| RpcError::internal(format!("cannot read /proc/{pid}/stat")))?;
-        let (outputs, stdin, output_links) = match &terminal {
-            Some(master) => (
-                Outputs::Pty(master.clone()),
-                Some(Stdin::Pty(master.clone())),
-                vec![master.slave().as_os_str().as_bytes().to_vec()],
-            ),
-            None => {
-                let stdout = child.stdout.take().expect("stdout is piped");
-                let stderr = child.stderr.take().expect("stderr is piped");
-                // Larger pipes let a fast writer run ahead while the client catches up.
-                let _ = rustix::pipe::fcntl_setpipe_size(&stdout, PIPE_SIZE);
-                let _ = rustix::pipe::fcntl_setpipe_size(&stderr, PIPE_SIZE);
-                let links = [pipe_link(&stdout), pipe_link(&stderr)]
-                    .into_iter()
-                    .flatten()
-                    .collect();
-                (
-                    Outputs::Pipes(stdout, stderr),
-                    child.stdin.take().map(Stdin::Pipe),
-                    links,
-                )
-            }
-        };
         let process = Arc::new(Process {
             id: spec.process_id.clone(),
             pid,
             membership: Membership {
-                main,
+                main: main_id,
                 env_entry: format!("{EXEC_ID_VAR}={}", spec.exec_id).into_bytes(),
                 output_links,
             },
@@ -271,7 +232,7 @@ impl Process {
             termination: tokio::sync::Mutex::new(()),
             outlet,
         });
-        Ok((process, Started { child, outputs }))
+        Ok((process, Started { main, outputs }))
     }
 
     /// Starts the pumps, the waiter and the emitter.
@@ -293,14 +254,14 @@ impl Process {
                     publisher: publisher.clone(),
                 };
                 let pipes = [
-                    (StreamKind::Stdout, out.clone(), stdout.into_owned_fd()),
-                    (StreamKind::Stderr, err.clone(), stderr.into_owned_fd()),
+                    (StreamKind::Stdout, out.clone(), stdout),
+                    (StreamKind::Stderr, err.clone(), stderr),
                 ];
                 for (index, (kind, drain, fd)) in pipes.into_iter().enumerate() {
                     match Pipe::new(fd) {
                         Ok(pipe) => drop(tokio::spawn(pump(kind, index, drain).run(pipe))),
                         Err(e) => {
-                            // Never seen (tokio hands over a valid descriptor); the output is
+                            // Never seen (FIONBIO on a pipe we just made); the output is
                             // lost, the process's notifications still complete.
                             tracing::warn!(
                                 "cannot read {} of process {}: {e}",
@@ -328,9 +289,9 @@ impl Process {
             }
         };
         let process = self.clone();
-        let mut child = started.child;
+        let main = started.main;
         tokio::spawn(async move {
-            let code = match child.wait().await {
+            let code = match main.wait().await {
                 Ok(status) => exit_code(status),
                 Err(e) => {
                     tracing::warn!("waiting for process {}: {e}", process.pid);
@@ -512,6 +473,141 @@ impl Process {
     }
 }
 
+/// Starts `spec` on a new terminal through tokio's `Command` (its `pre_exec` hooks make std
+/// fork the server).
+fn launch_on_terminal(
+    spec: &Spec,
+    container: &Container,
+    scope: &Scope,
+    hook: Option<crate::policy::ChildHook>,
+    reaper: &Reaper,
+) -> Result<Launched, RpcError> {
+    let mut command = tokio::process::Command::new(OsStr::from_bytes(spec.argv[0].as_bytes()));
+    command
+        .args(&spec.argv[1..])
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        // The session's tag, whatever the client sent: the session reaps by it.
+        .env(SESSION_ID_VAR, OsStr::from_bytes(scope.value()))
+        .kill_on_drop(false);
+    if let Some(arg0) = &spec.arg0 {
+        command.arg0(arg0);
+    }
+    container.configure(command.as_std_mut());
+    // Default dispositions and no blocked signal, whatever the server's parent ignored or
+    // blocked (a command started with TERM blocked or INT ignored could never be stopped).
+    cleanroom::contain::reset_signals_on_exec(command.as_std_mut());
+    let master = pty::attach(&mut command)
+        .map_err(|e| RpcError::internal(format!("cannot open a terminal: {e}")))?;
+    let master = Arc::new(master);
+    if let Some(hook) = hook {
+        // SAFETY: the hook makes only raw, async-signal-safe system calls on data captured
+        // before the fork; it is registered last, so it is the last step before exec.
+        unsafe {
+            command.pre_exec(hook);
+        }
+    }
+    let child = {
+        let mut guard = reaper.spawning();
+        let child = command.spawn().map_err(|e| spawn_error(spec, &e))?;
+        if let Some(pid) = child.id() {
+            guard.own(pid as i32);
+        }
+        child
+    };
+    // The terminal's slave ends live in `command`; they must close for EOF to ever come.
+    drop(command);
+    let pid = child.id().map(|p| p as i32).ok_or_else(|| {
+        RpcError::internal("spawned process has no pid (reaped already)".to_string())
+    })?;
+    Ok(Launched {
+        pid,
+        main: Main::Tokio(child),
+        terminal: Some(master.clone()),
+        outputs: Outputs::Pty(master.clone()),
+        stdin: Some(Stdin::Pty(master.clone())),
+        output_links: vec![master.slave().as_os_str().as_bytes().to_vec()],
+    })
+}
+
+/// Starts `spec` on pipes (stdin `/dev/null` unless `pipe_stdin`) through [`spawn`]: the same
+/// steps as [`launch_on_terminal`]'s hooks (cgroup join, default signals, a session of its own,
+/// the confinement hook last), without forking the server.
+fn launch_on_pipes(
+    spec: &Spec,
+    container: &Container,
+    scope: &Scope,
+    hook: Option<&crate::policy::ChildHook>,
+    reaper: &Reaper,
+) -> Result<Launched, RpcError> {
+    let io_error =
+        |e: std::io::Error| RpcError::internal(format!("failed to spawn {:?}: {e}", spec.argv[0]));
+    let (stdin_child, stdin_ours) = if spec.pipe_stdin {
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| io_error(e.into()))?;
+        (read, Some(write))
+    } else {
+        let null = rustix::fs::open(
+            "/dev/null",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| io_error(e.into()))?;
+        (null, None)
+    };
+    let out = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| io_error(e.into()))?;
+    let err = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| io_error(e.into()))?;
+    let mut env: Vec<(&OsStr, &OsStr)> = spec
+        .env
+        .iter()
+        .map(|(k, v)| (OsStr::new(k), OsStr::new(v)))
+        .collect();
+    // The session's tag, whatever the client sent: the session reaps by it.
+    env.push((OsStr::new(SESSION_ID_VAR), OsStr::from_bytes(scope.value())));
+    let plan = spawn::Plan::new(spawn::Command {
+        program: &spec.argv[0],
+        argv: &spec.argv,
+        arg0: spec.arg0.as_deref(),
+        cwd: &spec.cwd,
+        env,
+        stdio: [stdin_child.as_fd(), out.1.as_fd(), err.1.as_fd()],
+        cgroup_procs: container.cgroup_procs(),
+        hook,
+    })
+    .map_err(|e| spawn_error(spec, &e))?;
+    let (pid, exit) = {
+        let mut guard = reaper.spawning();
+        let (pid, exit) = plan.spawn().map_err(|e| spawn_error(spec, &e))?;
+        guard.own(pid);
+        (pid, exit)
+    };
+    let (stdout, stderr) = (out.0, err.0);
+    let stdin = match stdin_ours {
+        Some(fd) => Some(Stdin::Pipe(
+            pipe::Sender::from_owned_fd(fd).map_err(io_error)?,
+        )),
+        None => None,
+    };
+    // Larger pipes let a fast writer run ahead while the client catches up.
+    let _ = rustix::pipe::fcntl_setpipe_size(&stdout, PIPE_SIZE);
+    let _ = rustix::pipe::fcntl_setpipe_size(&stderr, PIPE_SIZE);
+    let output_links = [pipe_link(&stdout), pipe_link(&stderr)]
+        .into_iter()
+        .flatten()
+        .collect();
+    Ok(Launched {
+        pid,
+        main: Main::Direct(exit),
+        terminal: None,
+        outputs: Outputs::Pipes(stdout, stderr),
+        stdin,
+        output_links,
+    })
+}
+
 /// Publishes a process's notifications, one at a time: the turn is held from the seq
 /// assignment until the message is in the connection's queue, so the client receives seqs in
 /// increasing order whichever task publishes (a pump its output, the emitter `exited` and
@@ -617,7 +713,7 @@ impl Publisher {
 
 /// Writes `data` to a stdin pipe: a non-blocking write first, so a write the pipe has room for
 /// finishes without waiting for the reactor (and its request is answered in order).
-async fn write_pipe(pipe: &mut ChildStdin, data: &[u8]) -> std::io::Result<()> {
+async fn write_pipe(pipe: &mut pipe::Sender, data: &[u8]) -> std::io::Result<()> {
     let written = match rustix::io::write(&*pipe, data) {
         Ok(n) => n,
         Err(rustix::io::Errno::AGAIN) => 0,

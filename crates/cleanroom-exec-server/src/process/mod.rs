@@ -5,6 +5,7 @@
 //! - `child`: one [`Process`]: its emitter, seqs, retention, stdin, signals, termination;
 //! - `pump`: the tasks that read its output descriptors;
 //! - `pty`: the terminal of a `tty` process;
+//! - `spawn`: the fork-free start of a pipe-connected process, and its pidfd wait;
 //! - `outlet`: the session's current connection, where notifications go;
 //! - `table`: a session's process records, bounded, closed ones forgotten first;
 //! - `reaper`: membership of a process tree and of a session (its scope), their termination,
@@ -17,6 +18,7 @@ mod outlet;
 mod pty;
 mod pump;
 mod reaper;
+mod spawn;
 pub mod start;
 mod table;
 

@@ -85,9 +85,8 @@ pub(super) trait Source {
 pub(super) struct Pipe(OwnedFd);
 
 impl Pipe {
-    /// Takes a pipe handed over by tokio (`into_owned_fd`, which takes it off the reactor).
-    pub(super) fn new(fd: std::io::Result<OwnedFd>) -> std::io::Result<Pipe> {
-        let fd = fd?;
+    /// Takes a pipe's read end (never registered with the reactor) and makes it non-blocking.
+    pub(super) fn new(fd: OwnedFd) -> std::io::Result<Pipe> {
         rustix::io::ioctl_fionbio(&fd, true)?;
         Ok(Pipe(fd))
     }
@@ -241,7 +240,7 @@ mod tests {
 
     fn pipe() -> (Pipe, OwnedFd) {
         let (read, write) = rustix::pipe::pipe().unwrap();
-        (Pipe::new(Ok(read)).unwrap(), write)
+        (Pipe::new(read).unwrap(), write)
     }
 
     /// A pipe off the reactor still wakes its pump: at once when it holds data, on the next

@@ -289,6 +289,10 @@ impl Cgroup {
         &self.path
     }
 
+    pub(super) fn procs(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.procs)
+    }
+
     pub(super) fn configure(&self, command: &mut Command) {
         let fd = self.procs.as_raw_fd();
         // SAFETY: the closure runs between fork and exec and makes a single write(2) on a

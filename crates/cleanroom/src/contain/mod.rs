@@ -278,6 +278,13 @@ impl Container {
         }
     }
 
+    /// The leaf's `cgroup.procs`, open for writing, for a child started without
+    /// [`std::process::Command`]: writing "0" to it before exec is the whole of what
+    /// [`Container::configure`] arranges (a single async-signal-safe write).
+    pub fn cgroup_procs(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.cgroup.as_ref().map(os::Cgroup::procs)
+    }
+
     /// Starts `command` inside the container and returns its pid: born in the cgroup when it
     /// can be, else joined in `pre_exec` ([`Container::configure`] must not have been called).
     pub fn spawn(&self, command: &mut Command) -> std::io::Result<i32> {

@@ -1,0 +1,655 @@
+//! Starting a pipe-connected process without fork: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)`
+//! on a stack of its own, waited for through the pidfd.
+//!
+//! `std::process::Command` with `pre_exec` hooks forks the whole multi-threaded server (its page
+//! tables copied, then a copy-on-write fault for every page either side writes before the exec);
+//! a vfork-style child shares the server's memory and only its calling thread waits, until the
+//! child has executed the command or failed.
+//!
+//! Owns: the [`Plan`] (everything the child touches, prepared before the clone), the child's
+//! steps, and [`Exit`], the wait for the started process.
+//!
+//! Invariant: the child shares the server's memory while the server's other threads run, so
+//! between clone and exec it only reads the plan (which the suspended calling thread keeps
+//! alive), writes its own stack, the plan's scratch `sh_argv` slot and the error word, and makes
+//! raw, async-signal-safe system calls: it never allocates, locks, panics or touches Rust's
+//! standard I/O. Every signal is blocked across the clone, so no handler of the server runs in
+//! the child; the child resets every caught disposition to the default before it unblocks them.
+//! Children are cloned one at a time ([`ONE_AT_A_TIME`]): a confinement hook stores the
+//! descriptors it keeps in its plan's slots, memory every child of that plan shares. (The
+//! server also spawns everything under the reaper's lock, so a forked terminal child never
+//! overlaps a clone either; the lock here keeps the rule local to this module.)
+//! The steps follow `Command`'s order: stdio, cwd, then the hooks (cgroup join, signal reset,
+//! setsid, the confinement hook last), then exec with glibc `execvp`'s search over the child's
+//! own `PATH` (as `Command` does when the child's environment sets it).
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_int, c_void, CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+use crate::policy::ChildHook;
+
+/// Held from the clone until the child has executed or failed.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The child's stack (it needs a few KiB: the confinement hook's path buffer is the largest).
+const STACK_SIZE: usize = 256 * 1024;
+/// `PATH` when the child's environment has none (glibc's `_CS_PATH`, what `execvp` uses).
+const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
+/// Errors on which `execvp` goes on to the next `PATH` entry.
+const SEARCH_ON: [c_int; 5] = [
+    libc::ENOENT,
+    libc::ENOTDIR,
+    libc::ESTALE,
+    libc::ENODEV,
+    libc::ETIMEDOUT,
+];
+
+/// What the child is to run, prepared before the clone so the child only reads it.
+pub struct Plan<'a> {
+    /// The paths to try, in order (one when the program names a path).
+    candidates: Vec<CString>,
+    _argv: Vec<CString>,
+    argv: Vec<*const c_char>,
+    /// `/bin/sh`, a slot for the script, the arguments: for a candidate without a `#!` line
+    /// (`ENOEXEC`), as `execvp` does. Only the child writes the slot.
+    sh_argv: Vec<*const c_char>,
+    _envp: Vec<CString>,
+    envp: Vec<*const c_char>,
+    cwd: CString,
+    /// The descriptors for 0, 1 and 2.
+    stdio: [RawFd; 3],
+    /// `cgroup.procs` of the container's leaf, joined by writing "0".
+    cgroup_procs: Option<RawFd>,
+    hook: Option<&'a ChildHook>,
+}
+
+/// The command line and surroundings of a [`Plan`].
+pub struct Command<'a> {
+    pub program: &'a str,
+    pub argv: &'a [String],
+    pub arg0: Option<&'a str>,
+    pub cwd: &'a Path,
+    /// The environment; a later entry for a name replaces an earlier one.
+    pub env: Vec<(&'a OsStr, &'a OsStr)>,
+    pub stdio: [BorrowedFd<'a>; 3],
+    pub cgroup_procs: Option<BorrowedFd<'a>>,
+    pub hook: Option<&'a ChildHook>,
+}
+
+impl<'a> Plan<'a> {
+    /// Prepares `command`; fails (InvalidInput) on a NUL byte, as `Command::spawn` does.
+    pub fn new(command: Command<'a>) -> io::Result<Plan<'a>> {
+        let env: BTreeMap<OsString, &OsStr> = command
+            .env
+            .iter()
+            .map(|(k, v)| (k.to_os_string(), *v))
+            .collect();
+        let path = env.get(OsStr::new("PATH")).map(|p| p.as_bytes());
+        let candidates = candidates(command.program.as_bytes(), path.unwrap_or(DEFAULT_PATH))?;
+        let mut argv_owned = vec![cstring(command.arg0.unwrap_or(command.program).as_bytes())?];
+        for arg in &command.argv[1..] {
+            argv_owned.push(cstring(arg.as_bytes())?);
+        }
+        let envp_owned = env
+            .iter()
+            .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+            .collect::<io::Result<Vec<_>>>()?;
+        let argv = pointers(&argv_owned);
+        let mut sh_argv = vec![c"/bin/sh".as_ptr(), std::ptr::null()];
+        sh_argv.extend(pointers(&argv_owned[1..]));
+        Ok(Plan {
+            candidates,
+            argv,
+            sh_argv,
+            _argv: argv_owned,
+            envp: pointers(&envp_owned),
+            _envp: envp_owned,
+            cwd: cstring(command.cwd.as_os_str().as_bytes())?,
+            stdio: command.stdio.map(|fd| fd.as_raw_fd()),
+            cgroup_procs: command.cgroup_procs.map(|fd| fd.as_raw_fd()),
+            hook: command.hook,
+        })
+    }
+
+    /// Starts the child; returns its pid and its exit once it has executed the command (the
+    /// calling thread waits that long), or the error of the step that failed (the child is then
+    /// reaped).
+    pub fn spawn(mut self) -> io::Result<(i32, Exit)> {
+        let stack = Stack::new()?;
+        let mut context = Context {
+            plan: &mut self,
+            errno: AtomicI32::new(0),
+        };
+        let mut pidfd: c_int = -1;
+        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
+        let one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        let saved = block_all_signals()?;
+        // SAFETY: the child runs `child` on its own stack and only does what the module's
+        // invariant allows; CLONE_VFORK keeps this thread (and so `context`, `self` and the
+        // stack) waiting until the child has executed or exited.
+        let pid = unsafe {
+            libc::clone(
+                child,
+                stack.top(),
+                flags,
+                (&mut context as *mut Context).cast(),
+                &mut pidfd as *mut c_int,
+            )
+        };
+        let clone_error = io::Error::last_os_error();
+        restore_signals(&saved);
+        drop(one);
+        if pid < 0 {
+            return Err(match clone_error.raw_os_error() {
+                Some(libc::ENOSYS | libc::EINVAL) => io::Error::new(
+                    clone_error.kind(),
+                    format!("clone with CLONE_PIDFD failed (Linux 5.4 or later is needed): {clone_error}"),
+                ),
+                _ => clone_error,
+            });
+        }
+        // SAFETY: CLONE_PIDFD stored a new descriptor, ours alone.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        match context.errno.load(Ordering::SeqCst) {
+            0 => Ok((pid, Exit::new(pidfd)?)),
+            errno => {
+                let _ = wait_blocking(&pidfd);
+                Err(io::Error::from_raw_os_error(errno))
+            }
+        }
+    }
+}
+
+/// Every path `execvp` would try for `program` over `path`, in order (an entry of `PATH_MAX`
+/// bytes or more is passed over, as glibc does).
+fn candidates(program: &[u8], path: &[u8]) -> io::Result<Vec<CString>> {
+    if program.is_empty() || program.contains(&b'/') {
+        return Ok(vec![cstring(program)?]);
+    }
+    path.split(|&b| b == b':')
+        .filter(|dir| dir.len() < libc::PATH_MAX as usize)
+        .map(|dir| match dir {
+            b"" => cstring(program),
+            dir if dir.ends_with(b"/") => cstring(&[dir, program].concat()),
+            dir => cstring(&[dir, b"/", program].concat()),
+        })
+        .collect()
+}
+
+fn cstring(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "nul byte found in provided data",
+        )
+    })
+}
+
+/// A NULL-terminated array of pointers into `strings`.
+fn pointers(strings: &[CString]) -> Vec<*const c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// What the child gets: the plan, and where it leaves the errno of a failed step.
+struct Context<'p, 'a> {
+    plan: &'p mut Plan<'a>,
+    errno: AtomicI32,
+}
+
+/// The child's steps; returns (exits) only on failure, with the errno left in the context.
+extern "C" fn child(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the parent's `Context`, alive while the parent waits (CLONE_VFORK).
+    let context = unsafe { &mut *arg.cast::<Context>() };
+    // SAFETY: raw system calls on the plan's prepared data (see the module's invariant).
+    let errno = unsafe { run_child(context.plan) };
+    context.errno.store(errno.max(1), Ordering::SeqCst);
+    // SAFETY: ends the child without running anything of the server's.
+    unsafe { libc::_exit(127) }
+}
+
+/// # Safety
+/// Only in the vfork child, with every signal blocked.
+unsafe fn run_child(plan: &mut Plan<'_>) -> c_int {
+    reset_dispositions();
+    for (target, &fd) in plan.stdio.iter().enumerate() {
+        let target = target as c_int;
+        let rc = if fd == target {
+            libc::fcntl(fd, libc::F_SETFD, 0)
+        } else {
+            libc::dup2(fd, target)
+        };
+        if rc < 0 {
+            return errno();
+        }
+    }
+    if libc::chdir(plan.cwd.as_ptr()) < 0 {
+        return errno();
+    }
+    if let Some(procs) = plan.cgroup_procs {
+        if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
+            return errno();
+        }
+    }
+    if libc::setsid() < 0 {
+        return errno();
+    }
+    if let Some(hook) = plan.hook {
+        if let Err(e) = hook() {
+            return e.raw_os_error().unwrap_or(libc::EINVAL);
+        }
+    }
+    let empty = [0u64; 1];
+    if libc::syscall(
+        libc::SYS_rt_sigprocmask,
+        libc::SIG_SETMASK,
+        empty.as_ptr(),
+        std::ptr::null_mut::<u64>(),
+        8usize,
+    ) < 0
+    {
+        return errno();
+    }
+    exec(plan)
+}
+
+/// `execvp`'s search: the next entry on a "not here" error, EACCES if any entry had it, `sh`
+/// for a file the kernel cannot execute.
+///
+/// # Safety
+/// Only in the vfork child.
+unsafe fn exec(plan: &mut Plan<'_>) -> c_int {
+    let mut denied = false;
+    let mut last = libc::ENOENT;
+    for candidate in &plan.candidates {
+        libc::execve(candidate.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
+        last = errno();
+        if last == libc::ENOEXEC {
+            // `sh_argv` has at least its two first slots.
+            *plan.sh_argv.as_mut_ptr().add(1) = candidate.as_ptr();
+            libc::execve(plan.sh_argv[0], plan.sh_argv.as_ptr(), plan.envp.as_ptr());
+            // Judged like the candidate's own error, as `execvp` does.
+            last = errno();
+        }
+        if last == libc::EACCES {
+            denied = true;
+        } else if !SEARCH_ON.contains(&last) {
+            return last;
+        }
+    }
+    if denied {
+        libc::EACCES
+    } else {
+        last
+    }
+}
+
+/// Default dispositions: signals 1–31 all (ignored ones too, what the server's parent ignored
+/// must not reach the command), real-time signals with a handler.
+///
+/// # Safety
+/// Only in the vfork child, with every signal blocked.
+unsafe fn reset_dispositions() {
+    for signal in 1..32 {
+        if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+    for signal in libc::SIGRTMIN()..=libc::SIGRTMAX() {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction != libc::SIG_DFL
+            && old.sa_sigaction != libc::SIG_IGN
+        {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+}
+
+fn errno() -> c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
+}
+
+/// Blocks every signal on this thread (the raw call: glibc's wrapper keeps two of its own
+/// unblocked); returns the mask to restore.
+fn block_all_signals() -> io::Result<u64> {
+    let all = [u64::MAX; 1];
+    let mut saved = [0u64; 1];
+    // SAFETY: both sets are 8 bytes, the size passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            all.as_ptr(),
+            saved.as_mut_ptr(),
+            8usize,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(saved[0])
+}
+
+fn restore_signals(saved: &u64) {
+    // SAFETY: the set is 8 bytes, the size passed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            saved as *const u64,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        );
+    }
+}
+
+/// The child's stack: an anonymous mapping with an inaccessible guard page below it.
+struct Stack {
+    base: *mut c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new() -> io::Result<Stack> {
+        // SAFETY: sysconf only reads.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = STACK_SIZE + page;
+        // SAFETY: a fresh private anonymous mapping, unmapped in Drop.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base, len };
+        // SAFETY: the lowest page of our own mapping.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    fn top(&self) -> *mut c_void {
+        // SAFETY: one past the end of the mapping, where a downward stack starts.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping; the child no longer runs on it (it executed or exited).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// The exit of a started process, read through its pidfd (which reaps it).
+pub struct Exit {
+    pidfd: Option<AsyncFd<OwnedFd>>,
+}
+
+impl Exit {
+    fn new(pidfd: OwnedFd) -> io::Result<Exit> {
+        // SAFETY: the pidfd is owned by the AsyncFd and closed only when it is dropped, after
+        // its deregistration.
+        let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }?;
+        Ok(Exit { pidfd: Some(pidfd) })
+    }
+
+    /// Waits for the process to exit and reaps it.
+    pub async fn wait(mut self) -> io::Result<ExitStatus> {
+        let pidfd = self.pidfd.take().expect("an exit is waited for once");
+        wait_on(&pidfd).await
+    }
+}
+
+async fn wait_on(pidfd: &AsyncFd<OwnedFd>) -> io::Result<ExitStatus> {
+    loop {
+        let mut ready = pidfd.readable().await?;
+        match waitid(pidfd.get_ref(), libc::WNOHANG)? {
+            Some(status) => return Ok(status),
+            None => ready.clear_ready(),
+        }
+    }
+}
+
+impl Drop for Exit {
+    /// A process whose exit nobody waited for is still reaped, in the background.
+    fn drop(&mut self) {
+        if let (Some(pidfd), Ok(runtime)) =
+            (self.pidfd.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(async move { wait_on(&pidfd).await });
+        }
+    }
+}
+
+fn wait_blocking(pidfd: &OwnedFd) -> io::Result<Option<ExitStatus>> {
+    waitid(pidfd, 0)
+}
+
+/// `waitid(P_PIDFD, WEXITED | extra)`: the status, or None when WNOHANG found it running.
+fn waitid(pidfd: &OwnedFd, extra: c_int) -> io::Result<Option<ExitStatus>> {
+    loop {
+        // SAFETY: zeroed siginfo is valid; the call fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a pidfd we own and a siginfo on our stack.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED | extra,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: waitid filled a SIGCHLD siginfo (or left it zeroed under WNOHANG).
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        if pid == 0 {
+            return Ok(None);
+        }
+        let raw = match info.si_code {
+            libc::CLD_EXITED => (status & 0xff) << 8,
+            libc::CLD_DUMPED => status | 0x80,
+            _ => status,
+        };
+        return Ok(Some(ExitStatus::from_raw(raw)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    fn paths(program: &str, path: &str) -> Vec<String> {
+        candidates(program.as_bytes(), path.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|c| c.into_string().unwrap())
+            .collect()
+    }
+
+    /// Runs `argv` in `cwd` with `env` through [`Plan`]: its exit status and its stdout.
+    async fn run(
+        argv: &[&str],
+        cwd: &Path,
+        env: &[(&str, &str)],
+        hook: Option<&ChildHook>,
+    ) -> io::Result<(ExitStatus, String)> {
+        let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        let plan = Plan::new(Command {
+            program: &argv[0],
+            argv: &argv,
+            arg0: None,
+            cwd,
+            env: env
+                .iter()
+                .map(|(k, v)| (OsStr::new(k), OsStr::new(v)))
+                .collect(),
+            stdio: [null.as_fd(), write.as_fd(), write.as_fd()],
+            cgroup_procs: None,
+            hook,
+        })?;
+        let (_, exit) = plan.spawn()?;
+        drop(write);
+        let mut out = String::new();
+        std::fs::File::from(read).read_to_string(&mut out).unwrap();
+        Ok((exit.wait().await?, out))
+    }
+
+    const PATH: (&str, &str) = ("PATH", "/usr/bin:/bin");
+
+    #[test]
+    fn candidates_follow_execvp() {
+        assert_eq!(paths("./x", "/bin"), ["./x"]);
+        assert_eq!(paths("", "/bin"), [""]);
+        assert_eq!(paths("sh", "/a:/b/::c"), ["/a/sh", "/b/sh", "sh", "c/sh"]);
+    }
+
+    #[tokio::test]
+    async fn a_path_entry_too_long_for_the_kernel_is_passed_over() {
+        let long = "/x".repeat(3000);
+        assert_eq!(
+            paths("true", &format!("{long}:/usr/bin")),
+            ["/usr/bin/true"]
+        );
+        let path = format!("{long}:/usr/bin:/bin");
+        let (status, _) = run(&["true"], Path::new("/"), &[("PATH", &path)], None)
+            .await
+            .unwrap();
+        assert_eq!(status.code(), Some(0));
+    }
+
+    #[tokio::test]
+    async fn the_child_runs_with_its_own_path_env_cwd_and_exit_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "echo \"$X $(pwd)\"; exit 3";
+        let (status, out) = run(&["sh", "-c", script], dir.path(), &[PATH, ("X", "x")], None)
+            .await
+            .unwrap();
+        assert_eq!(status.code(), Some(3));
+        assert_eq!(out, format!("x {}\n", dir.path().display()));
+        let (status, _) = run(&["sh", "-c", "kill -TERM $$"], dir.path(), &[PATH], None)
+            .await
+            .unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+    }
+
+    #[tokio::test]
+    async fn missing_program_or_cwd_is_enoent_and_the_search_uses_the_childs_path() {
+        let here = Path::new("/");
+        let missing = run(&["true"], here, &[("PATH", "/nonexistent")], None).await;
+        assert_eq!(missing.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        let gone = run(&["true"], Path::new("/nonexistent/cwd"), &[PATH], None).await;
+        assert_eq!(gone.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        assert!(run(&["true"], here, &[PATH], None)
+            .await
+            .unwrap()
+            .0
+            .success());
+    }
+
+    #[tokio::test]
+    async fn a_script_without_an_interpreter_line_runs_under_sh() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("script");
+        std::fs::write(&script, "echo \"from sh: $1\"\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let path = ("PATH", dir.path().to_str().unwrap());
+        let (status, out) = run(&["script", "arg"], dir.path(), &[path], None)
+            .await
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(out, "from sh: arg\n");
+    }
+
+    #[tokio::test]
+    async fn a_failing_hook_fails_the_spawn_with_its_errno() {
+        let hook: ChildHook = Box::new(|| Err(io::Error::from_raw_os_error(libc::EPERM)));
+        let result = run(&["true"], Path::new("/"), &[PATH], Some(&hook)).await;
+        assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::EPERM));
+    }
+
+    /// The mechanism itself: the child runs in the server's memory (no fork, no copy), which a
+    /// hook's store shows the parent.
+    #[tokio::test]
+    async fn the_child_shares_the_servers_memory_until_exec() {
+        static SEEN: AtomicI32 = AtomicI32::new(0);
+        let hook: ChildHook = Box::new(|| {
+            SEEN.store(getpid_raw(), Ordering::SeqCst);
+            Ok(())
+        });
+        let (status, _) = run(&["true"], Path::new("/"), &[PATH], Some(&hook))
+            .await
+            .unwrap();
+        assert!(status.success());
+        let child = SEEN.load(Ordering::SeqCst);
+        assert!(child > 0 && child != std::process::id() as i32, "{child}");
+    }
+
+    fn getpid_raw() -> i32 {
+        // SAFETY: getpid takes no arguments.
+        unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+    }
+
+    /// The child starts with every signal unblocked and at its default, whatever the spawning
+    /// thread blocked and the process ignored, and in a session of its own.
+    #[tokio::test]
+    async fn the_child_starts_with_default_signals_in_its_own_session() {
+        // SAFETY: ignoring SIGURG (nothing in the tests relies on it) and blocking SIGTERM on
+        // this thread only.
+        unsafe {
+            libc::signal(libc::SIGURG, libc::SIG_IGN);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        let script = "grep -E 'SigBlk|SigIgn' /proc/self/status; ps -o sid= -p $$; echo $$";
+        let (_, out) = run(&["sh", "-c", script], Path::new("/"), &[PATH], None)
+            .await
+            .unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        for line in &lines[..2] {
+            let (name, mask) = line.split_once(":\t").unwrap();
+            let mask = u64::from_str_radix(mask, 16).unwrap();
+            assert_eq!(mask & 0x7fff_ffff, 0, "{name} of the child: {mask:#x}");
+        }
+        assert_eq!(lines[2].trim(), lines[3], "the child leads its own session");
+    }
+}
