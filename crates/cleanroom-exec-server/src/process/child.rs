@@ -674,40 +674,39 @@ impl Publisher {
     }
 
     async fn publish_exit(&self, code: i32) {
-        let _turn = self.turn.lock().await;
-        let process = &*self.process;
-        let seq = {
-            let mut state = process.lock();
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            state.exit_code = Some(code);
-            seq
-        };
-        process.events.send_replace(());
+        let id = &self.process.id;
         let params =
-            json!({"processId": process.id, "seq": seq, "exitCode": code, "sandboxDenied": false});
-        process
-            .outlet
-            .send(notification("process/exited", params))
-            .await;
+            |seq| json!({"processId": id, "seq": seq, "exitCode": code, "sandboxDenied": false});
+        let change = |state: &mut State| state.exit_code = Some(code);
+        self.publish_state("process/exited", change, params).await;
     }
 
     async fn publish_closed(&self) {
+        let id = &self.process.id;
+        let params = |seq| json!({"processId": id, "seq": seq});
+        let change = |state: &mut State| state.closed = true;
+        self.publish_state("process/closed", change, params).await;
+    }
+
+    /// Publishes a change of the process's state: takes the next seq and applies `change` under
+    /// one lock, then sends `method` with `params(seq)`.
+    async fn publish_state(
+        &self,
+        method: &str,
+        change: impl FnOnce(&mut State),
+        params: impl FnOnce(u64) -> Value,
+    ) {
         let _turn = self.turn.lock().await;
         let process = &*self.process;
         let seq = {
             let mut state = process.lock();
             let seq = state.next_seq;
             state.next_seq += 1;
-            state.closed = true;
+            change(&mut state);
             seq
         };
         process.events.send_replace(());
-        let params = json!({"processId": process.id, "seq": seq});
-        process
-            .outlet
-            .send(notification("process/closed", params))
-            .await;
+        process.outlet.send(notification(method, params(seq))).await;
     }
 }
 
