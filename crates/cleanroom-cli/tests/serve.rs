@@ -2371,3 +2371,30 @@ async fn terminate_sends_sigterm_to_every_member_before_any_sigkill() {
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
+
+#[tokio::test]
+async fn a_process_runs_in_the_servers_cgroup_leaf_from_its_start() {
+    // As root the server's processes live in its leaf `cleanroom-<run id>`: born there
+    // (clone3 with CLONE_INTO_CGROUP), or joined before exec where the kernel cannot do that.
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let info = c.call("environment/info", json!({})).await.unwrap();
+    if info["cleanroom"]["containment"] != "cgroup" {
+        common::skip(&format!(
+            "no cgroup containment here: {}",
+            info["cleanroom"]["containment"]
+        ));
+    } else {
+        c.start("cg", &["cat", "/proc/self/cgroup"], json!({}))
+            .await;
+        let text = output_of(&c.until_closed("cg").await);
+        let unified = text
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap_or_else(|| panic!("no cgroup v2 line: {text}"));
+        let leaf = format!("/cleanroom-{}", c.run_id);
+        assert!(unified.ends_with(&leaf), "{unified} is not {leaf}");
+    }
+    let run_id = c.run_id.clone();
+    server.stop(&run_id);
+}

@@ -574,7 +574,7 @@ fn launch_on_pipes(
         cwd: &spec.cwd,
         env,
         stdio: [stdin_child.as_fd(), out.1.as_fd(), err.1.as_fd()],
-        cgroup_procs: container.cgroup_procs(),
+        cgroup: container.cgroup_leaf(),
         hook,
     })
     .map_err(|e| spawn_error(spec, &e))?;

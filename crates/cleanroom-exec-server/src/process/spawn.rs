@@ -69,8 +69,9 @@ pub struct Plan<'a> {
     cwd: CString,
     /// The descriptors for 0, 1 and 2.
     stdio: [RawFd; 3],
-    /// `cgroup.procs` of the container's leaf, joined by writing "0".
-    cgroup_procs: Option<RawFd>,
+    /// The container's leaf: its directory (the child is born in it, `CLONE_INTO_CGROUP`) and
+    /// its `cgroup.procs` (joined by writing "0" where a child cannot be born in it).
+    cgroup: Option<Leaf>,
     hook: Option<&'a ChildHook>,
 }
 
@@ -83,7 +84,8 @@ pub struct Command<'a> {
     /// The environment; a later entry for a name replaces an earlier one.
     pub env: Vec<(&'a OsStr, &'a OsStr)>,
     pub stdio: [BorrowedFd<'a>; 3],
-    pub cgroup_procs: Option<BorrowedFd<'a>>,
+    /// The container's leaf directory and its `cgroup.procs`.
+    pub cgroup: Option<(BorrowedFd<'a>, BorrowedFd<'a>)>,
     pub hook: Option<&'a ChildHook>,
 }
 
@@ -117,7 +119,10 @@ impl<'a> Plan<'a> {
             _envp: envp_owned,
             cwd: cstring(command.cwd.as_os_str().as_bytes())?,
             stdio: command.stdio.map(|fd| fd.as_raw_fd()),
-            cgroup_procs: command.cgroup_procs.map(|fd| fd.as_raw_fd()),
+            cgroup: command.cgroup.map(|(dir, procs)| Leaf {
+                dir: dir.as_raw_fd(),
+                procs: procs.as_raw_fd(),
+            }),
             hook: command.hook,
         })
     }
@@ -127,38 +132,40 @@ impl<'a> Plan<'a> {
     /// reaped).
     pub fn spawn(mut self) -> io::Result<(i32, Exit)> {
         let stack = Stack::new()?;
+        let leaf = self.cgroup;
         let mut context = Context {
             plan: &mut self,
             errno: AtomicI32::new(0),
+            join_cgroup: false,
         };
         let mut pidfd: c_int = -1;
-        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
         let one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let saved = block_all_signals()?;
-        // SAFETY: the child runs `child` on its own stack and only does what the module's
-        // invariant allows; CLONE_VFORK keeps this thread (and so `context`, `self` and the
-        // stack) waiting until the child has executed or exited.
-        let pid = unsafe {
-            libc::clone(
-                child,
-                stack.top(),
-                flags,
-                (&mut context as *mut Context).cast(),
-                &mut pidfd as *mut c_int,
-            )
+        // SAFETY (both clones): the child runs `child` on its own stack and only does what the
+        // module's invariant allows; CLONE_VFORK keeps this thread (and so `context`, `self`
+        // and the stack) waiting until the child has executed or exited.
+        let mut pid = match leaf {
+            Some(leaf) => unsafe { clone_into(leaf.dir, &stack, &mut context, &mut pidfd) },
+            None => -(libc::ENOSYS as isize),
         };
-        let clone_error = io::Error::last_os_error();
+        if matches!(-pid as c_int, libc::ENOSYS | libc::E2BIG | libc::EINVAL) {
+            // No clone3 or no CLONE_INTO_CGROUP here: the child joins the leaf itself.
+            context.join_cgroup = leaf.is_some();
+            pid = unsafe { clone_plain(&stack, &mut context, &mut pidfd) };
+        }
         restore_signals(&saved);
         drop(one);
         if pid < 0 {
-            return Err(match clone_error.raw_os_error() {
-                Some(libc::ENOSYS | libc::EINVAL) => io::Error::new(
+            let clone_error = io::Error::from_raw_os_error(-pid as c_int);
+            return Err(match -pid as c_int {
+                libc::ENOSYS | libc::EINVAL => io::Error::new(
                     clone_error.kind(),
                     format!("clone with CLONE_PIDFD failed (Linux 5.4 or later is needed): {clone_error}"),
                 ),
                 _ => clone_error,
             });
         }
+        let pid = pid as i32;
         // SAFETY: CLONE_PIDFD stored a new descriptor, ours alone.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
         match context.errno.load(Ordering::SeqCst) {
@@ -209,6 +216,105 @@ fn pointers(strings: &[CString]) -> Vec<*const c_char> {
 struct Context<'p, 'a> {
     plan: &'p mut Plan<'a>,
     errno: AtomicI32,
+    /// The child was not born in the leaf and joins it by writing to its `cgroup.procs`.
+    join_cgroup: bool,
+}
+
+/// A cgroup leaf's descriptors (see [`Plan`]).
+#[derive(Clone, Copy)]
+struct Leaf {
+    dir: RawFd,
+    procs: RawFd,
+}
+
+/// `struct clone_args` of clone3(2), up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `CLONE_INTO_CGROUP` from `<linux/sched.h>`.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` of [`child`] on `stack`; the pid or -errno.
+///
+/// # Safety
+/// See [`Plan::spawn`]: every signal blocked, `context` and `stack` alive until it returns.
+unsafe fn clone_plain(stack: &Stack, context: &mut Context, pidfd: &mut c_int) -> isize {
+    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
+    let pid = libc::clone(
+        child,
+        stack.top(),
+        flags,
+        (context as *mut Context).cast(),
+        pidfd as *mut c_int,
+    );
+    if pid < 0 {
+        -(errno() as isize)
+    } else {
+        pid as isize
+    }
+}
+
+/// The same child born in the cgroup `dir` (`clone3` with `CLONE_INTO_CGROUP`): no task
+/// migration, whose lock can wait for an RCU grace period. glibc has no `clone3` wrapper, and
+/// a child on a stack of its own cannot return into a C function's frame, so the syscall is
+/// made here: the child, on its new stack, calls `child(context)`, which never returns. The
+/// pid or -errno (-ENOSYS on architectures without this trampoline).
+///
+/// # Safety
+/// As [`clone_plain`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn clone_into(dir: RawFd, stack: &Stack, context: &mut Context, pidfd: &mut c_int) -> isize {
+    let args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
+        pidfd: pidfd as *mut c_int as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack.base as u64,
+        stack_size: stack.len as u64,
+        cgroup: dir as u64,
+        ..CloneArgs::default()
+    };
+    let entry: extern "C" fn(*mut c_void) -> c_int = child;
+    let result: isize;
+    // The kernel starts the child at the instruction after `syscall`, with the parent's
+    // registers but rax = 0 and rsp = the top of `stack`.
+    std::arch::asm!(
+        "syscall",
+        "test rax, rax",
+        "jnz 2f",
+        "xor ebp, ebp",
+        "mov rdi, r12",
+        "and rsp, -16",
+        "call r13",
+        "ud2",
+        "2:",
+        inlateout("rax") libc::SYS_clone3 as isize => result,
+        in("rdi") &args as *const CloneArgs,
+        in("rsi") std::mem::size_of::<CloneArgs>(),
+        in("r12") (context as *mut Context).cast::<c_void>(),
+        in("r13") entry,
+        lateout("rcx") _,
+        lateout("r11") _,
+        options(nostack),
+    );
+    result
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn clone_into(_: RawFd, _: &Stack, _: &mut Context, _: &mut c_int) -> isize {
+    -(libc::ENOSYS as isize)
 }
 
 /// The child's steps; returns (exits) only on failure, with the errno left in the context.
@@ -216,7 +322,8 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the parent's `Context`, alive while the parent waits (CLONE_VFORK).
     let context = unsafe { &mut *arg.cast::<Context>() };
     // SAFETY: raw system calls on the plan's prepared data (see the module's invariant).
-    let errno = unsafe { run_child(context.plan) };
+    let join = context.join_cgroup;
+    let errno = unsafe { run_child(context.plan, join) };
     context.errno.store(errno.max(1), Ordering::SeqCst);
     // SAFETY: ends the child without running anything of the server's.
     unsafe { libc::_exit(127) }
@@ -224,7 +331,7 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
 
 /// # Safety
 /// Only in the vfork child, with every signal blocked.
-unsafe fn run_child(plan: &mut Plan<'_>) -> c_int {
+unsafe fn run_child(plan: &mut Plan<'_>, join_cgroup: bool) -> c_int {
     reset_dispositions();
     for (target, &fd) in plan.stdio.iter().enumerate() {
         let target = target as c_int;
@@ -240,8 +347,8 @@ unsafe fn run_child(plan: &mut Plan<'_>) -> c_int {
     if libc::chdir(plan.cwd.as_ptr()) < 0 {
         return errno();
     }
-    if let Some(procs) = plan.cgroup_procs {
-        if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
+    if let (true, Some(leaf)) = (join_cgroup, plan.cgroup) {
+        if libc::write(leaf.procs, b"0".as_ptr().cast(), 1) != 1 {
             return errno();
         }
     }
@@ -521,7 +628,7 @@ mod tests {
                 .map(|(k, v)| (OsStr::new(k), OsStr::new(v)))
                 .collect(),
             stdio: [null.as_fd(), write.as_fd(), write.as_fd()],
-            cgroup_procs: None,
+            cgroup: None,
             hook,
         })?;
         let (_, exit) = plan.spawn()?;

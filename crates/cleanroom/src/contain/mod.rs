@@ -278,11 +278,15 @@ impl Container {
         }
     }
 
-    /// The leaf's `cgroup.procs`, open for writing, for a child started without
-    /// [`std::process::Command`]: writing "0" to it before exec is the whole of what
-    /// [`Container::configure`] arranges (a single async-signal-safe write).
-    pub fn cgroup_procs(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.cgroup.as_ref().map(os::Cgroup::procs)
+    /// The leaf's directory and its `cgroup.procs` (open for writing), for a child started
+    /// without [`std::process::Command`]: born in the directory (`clone3` with
+    /// `CLONE_INTO_CGROUP`), or joined by writing "0" to `cgroup.procs` before exec, which is
+    /// the whole of what [`Container::configure`] arranges (a single async-signal-safe write).
+    pub fn cgroup_leaf(
+        &self,
+    ) -> Option<(std::os::fd::BorrowedFd<'_>, std::os::fd::BorrowedFd<'_>)> {
+        use std::os::fd::AsFd;
+        self.cgroup.as_ref().map(|c| (c.dir().as_fd(), c.procs()))
     }
 
     /// Starts `command` inside the container and returns its pid: born in the cgroup when it
