@@ -3,7 +3,7 @@
 //!
 //! Measures, with one client over loopback:
 //! 1. the round trip `process/start` → `process/closed` of `/bin/true` (median and p90 over N
-//!    runs);
+//!    runs; `--gap-ms` pauses before each, untimed, as an agent's commands are spaced out);
 //! 2. throughput of streaming B bytes of child output (`/usr/bin/head -c B /dev/zero`) as
 //!    `process/output` notifications, K times (the median stream, with the CPU time the
 //!    server's own threads spent on it, from /proc/PID/stat);
@@ -28,7 +28,7 @@
 //! but zeros, the byte count exact.
 //!
 //! Usage: `bench (--cleanroom PATH | --reference CODEX) --work DIR [--rounds N] [--bytes B]
-//! [--streams K] [--no-baselines]`; DIR is an existing private dir the caller removes (cleanroom's state dir,
+//! [--streams K] [--gap-ms MS] [--no-baselines]`; DIR is an existing private dir the caller removes (cleanroom's state dir,
 //! the servers' HOME, TMPDIR and CODEX_HOME go in it). `scripts/bench` builds it and runs it
 //! once per round and server for its `serve-*` pairs.
 
@@ -69,6 +69,8 @@ struct Options {
     rounds: usize,
     bytes: usize,
     streams: usize,
+    /// Pause before each round trip (untimed): starts spaced out as an agent's are.
+    gap: Duration,
     baselines: bool,
 }
 
@@ -80,6 +82,7 @@ fn options() -> Options {
         rounds: 200,
         bytes: 256 << 20,
         streams: 1,
+        gap: Duration::ZERO,
         baselines: true,
     };
     let mut args = std::env::args().skip(1);
@@ -92,6 +95,7 @@ fn options() -> Options {
             "--rounds" => o.rounds = value().parse().expect("--rounds N"),
             "--bytes" => o.bytes = value().parse().expect("--bytes B"),
             "--streams" => o.streams = value().parse().expect("--streams K"),
+            "--gap-ms" => o.gap = Duration::from_millis(value().parse().expect("--gap-ms MS")),
             "--no-baselines" => o.baselines = false,
             other => panic!("unknown option {other}"),
         }
@@ -486,6 +490,7 @@ async fn bench_server(o: &Options) -> Figures {
     let mut trips = Vec::new();
     let mut id = 0;
     for round in 0..o.rounds + 10 {
+        tokio::time::sleep(o.gap).await;
         let started = Instant::now();
         id += 1;
         run(&mut ws, id, &format!("t{round}"), &["/bin/true"], ordered).await;
