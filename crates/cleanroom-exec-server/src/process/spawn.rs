@@ -149,21 +149,27 @@ impl<'a> Plan<'a> {
             None => -(libc::ENOSYS as isize),
         };
         if matches!(-pid as c_int, libc::ENOSYS | libc::E2BIG | libc::EINVAL) {
-            // No clone3 or no CLONE_INTO_CGROUP here: the child joins the leaf itself.
+            // No clone3 or no CLONE_INTO_CGROUP here: the child joins the leaf itself. (A failed
+            // clone3 may have stored a descriptor number it closed again.)
             context.join_cgroup = leaf.is_some();
+            pidfd = -1;
             pid = unsafe { clone_plain(&stack, &mut context, &mut pidfd) };
         }
         restore_signals(&saved);
         drop(one);
         if pid < 0 {
             let clone_error = io::Error::from_raw_os_error(-pid as c_int);
-            return Err(match -pid as c_int {
-                libc::ENOSYS | libc::EINVAL => io::Error::new(
-                    clone_error.kind(),
-                    format!("clone with CLONE_PIDFD failed (Linux 5.4 or later is needed): {clone_error}"),
-                ),
-                _ => clone_error,
-            });
+            let what = match -pid as c_int {
+                libc::ENOSYS | libc::EINVAL => {
+                    "clone with CLONE_PIDFD failed (Linux 5.4 or later is needed)"
+                }
+                _ if leaf.is_some() => "clone3 into the cgroup leaf failed",
+                _ => return Err(clone_error),
+            };
+            return Err(io::Error::new(
+                clone_error.kind(),
+                format!("{what}: {clone_error}"),
+            ));
         }
         let pid = pid as i32;
         // SAFETY: CLONE_PIDFD stored a new descriptor, ours alone.
@@ -275,7 +281,7 @@ unsafe fn clone_plain(stack: &Stack, context: &mut Context, pidfd: &mut c_int) -
 ///
 /// # Safety
 /// As [`clone_plain`].
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", target_pointer_width = "64"))]
 unsafe fn clone_into(dir: RawFd, stack: &Stack, context: &mut Context, pidfd: &mut c_int) -> isize {
     let args = CloneArgs {
         flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
@@ -312,12 +318,13 @@ unsafe fn clone_into(dir: RawFd, stack: &Stack, context: &mut Context, pidfd: &m
     result
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", target_pointer_width = "64")))]
 unsafe fn clone_into(_: RawFd, _: &Stack, _: &mut Context, _: &mut c_int) -> isize {
     -(libc::ENOSYS as isize)
 }
 
-/// The child's steps; returns (exits) only on failure, with the errno left in the context.
+/// The child's steps; returns (exits) only on failure, with the errno left in the context. It
+/// never returns (the `c_int` is what glibc's `clone` takes; the trampoline traps after it).
 extern "C" fn child(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the parent's `Context`, alive while the parent waits (CLONE_VFORK).
     let context = unsafe { &mut *arg.cast::<Context>() };
@@ -639,6 +646,50 @@ mod tests {
     }
 
     const PATH: (&str, &str) = ("PATH", "/usr/bin:/bin");
+
+    #[tokio::test]
+    async fn a_child_is_born_in_the_leaf_without_joining_it() {
+        // Needs a cgroup this test may create: root on a cgroup2 host (CI is).
+        let mount = cleanroom::contain::cgroup2_mount();
+        let (true, Ok(mount)) = (rustix::process::geteuid().is_root(), mount) else {
+            return;
+        };
+        let leaf = mount.join(format!("cleanroom-spawn-test-{}", std::process::id()));
+        std::fs::create_dir(&leaf).unwrap();
+        let dir = std::fs::File::open(&leaf).unwrap();
+        // Not a `cgroup.procs`: a child that had to join by writing to it would fail.
+        let not_procs = std::fs::File::open("/dev/null").unwrap();
+        let argv: Vec<String> = ["cat", "/proc/self/cgroup"].map(String::from).into();
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        let plan = Plan::new(Command {
+            program: &argv[0],
+            argv: &argv,
+            arg0: None,
+            cwd: Path::new("/"),
+            env: vec![(OsStr::new(PATH.0), OsStr::new(PATH.1))],
+            stdio: [null.as_fd(), write.as_fd(), write.as_fd()],
+            cgroup: Some((dir.as_fd(), not_procs.as_fd())),
+            hook: None,
+        })
+        .unwrap();
+        let started = plan.spawn();
+        drop(write);
+        let mut out = String::new();
+        std::fs::File::from(read).read_to_string(&mut out).unwrap();
+        let status = match started {
+            Ok((_, exit)) => exit.wait().await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::fs::remove_dir(&leaf).is_err() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(status.is_ok_and(|s| s.success()), "{out}");
+        let name = leaf.file_name().unwrap().to_str().unwrap();
+        assert!(out.trim_end().ends_with(&format!("/{name}")), "{out}");
+        assert!(!leaf.exists(), "the test's leaf is removed");
+    }
 
     #[test]
     fn candidates_follow_execvp() {
