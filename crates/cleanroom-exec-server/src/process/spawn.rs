@@ -1,5 +1,7 @@
 //! Starting a pipe-connected process without fork: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)`
-//! on a stack of its own, waited for through the pidfd.
+//! on a stack of its own, waited for through the pidfd, and born in the container's cgroup leaf
+//! (`clone3` with `CLONE_INTO_CGROUP`) where the kernel and architecture allow, else joining it
+//! by a write to `cgroup.procs` before exec.
 //!
 //! `std::process::Command` with `pre_exec` hooks forks the whole multi-threaded server (its page
 //! tables copied, then a copy-on-write fault for every page either side writes before the exec);
