@@ -618,6 +618,16 @@ pub(super) struct Publisher {
     turn: Arc<tokio::sync::Mutex<()>>,
 }
 
+impl super::pump::Publish for Publisher {
+    fn output<'a>(
+        &'a self,
+        stream: StreamKind,
+        data: &'a [u8],
+    ) -> impl std::future::Future<Output = ()> + Send + 'a {
+        Publisher::output(self, stream, data)
+    }
+}
+
 impl Publisher {
     async fn emit(self, mut rx: mpsc::Receiver<Event>, drains: Vec<Drain>) {
         let mut open = vec![true; drains.len()];

@@ -1,6 +1,6 @@
 //! Output pumps: one task per output descriptor (pipe or terminal master) that reads chunks and
-//! publishes them itself (through the process's [`Publisher`], one hop from pipe to the
-//! connection's queue), and answers the emitter's exit barrier.
+//! publishes them itself (through the process's publisher, a [`Publish`]: one hop from pipe to
+//! the connection's queue), and answers the emitter's exit barrier.
 //!
 //! Invariant: when the barrier is raised, a pump publishes everything its descriptor holds
 //! before answering `Drained`, so output written before the exit precedes `exited`.
@@ -15,7 +15,6 @@ use tokio::io::Interest;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::child::Publisher;
 use super::pty::Master;
 
 /// Largest chunk read from a pipe or terminal at once: a streaming child's output goes out in
@@ -140,8 +139,19 @@ impl Source for Terminal {
     }
 }
 
+/// Where a pump's chunks go: the process's publisher, which numbers, retains and queues them
+/// (in `child.rs`; a trait so that the pump does not depend on the process).
+pub(super) trait Publish {
+    /// Publishes one chunk, once it is in the connection's queue.
+    fn output<'a>(
+        &'a self,
+        stream: StreamKind,
+        data: &'a [u8],
+    ) -> impl std::future::Future<Output = ()> + Send + 'a;
+}
+
 /// Reads one output descriptor and publishes its chunks.
-pub(super) struct Pump {
+pub(super) struct Pump<P> {
     pub(super) kind: StreamKind,
     pub(super) index: usize,
     pub(super) drain: Drain,
@@ -149,10 +159,10 @@ pub(super) struct Pump {
     /// hands written bytes to the master side asynchronously; a pipe needs no wait.
     pub(super) drain_grace: Option<Duration>,
     pub(super) tx: mpsc::Sender<Event>,
-    pub(super) publisher: Publisher,
+    pub(super) publisher: P,
 }
 
-impl Pump {
+impl<P: Publish> Pump<P> {
     pub(super) async fn run(self, mut source: impl Source) {
         let mut buf = vec![0u8; READ_CHUNK];
         let mut last_sent: Option<Instant> = None;

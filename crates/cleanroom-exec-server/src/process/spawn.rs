@@ -36,6 +36,7 @@ use std::process::ExitStatus;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, PoisonError};
 
+use cleanroom::contain::{CloneArgs, CLONE_INTO_CGROUP};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -234,26 +235,6 @@ struct Leaf {
     dir: RawFd,
     procs: RawFd,
 }
-
-/// `struct clone_args` of clone3(2), up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-/// `CLONE_INTO_CGROUP` from `<linux/sched.h>`.
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` of [`child`] on `stack`; the pid or -errno.
 ///
@@ -624,6 +605,17 @@ mod tests {
         env: &[(&str, &str)],
         hook: Option<&ChildHook>,
     ) -> io::Result<(ExitStatus, String)> {
+        run_in(argv, cwd, env, hook, None).await
+    }
+
+    /// [`run`] with the cgroup leaf's descriptors (directory, `cgroup.procs`).
+    async fn run_in(
+        argv: &[&str],
+        cwd: &Path,
+        env: &[(&str, &str)],
+        hook: Option<&ChildHook>,
+        cgroup: Option<(BorrowedFd<'_>, BorrowedFd<'_>)>,
+    ) -> io::Result<(ExitStatus, String)> {
         let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
         let null = std::fs::File::open("/dev/null").unwrap();
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
@@ -637,7 +629,7 @@ mod tests {
                 .map(|(k, v)| (OsStr::new(k), OsStr::new(v)))
                 .collect(),
             stdio: [null.as_fd(), write.as_fd(), write.as_fd()],
-            cgroup: None,
+            cgroup,
             hook,
         })?;
         let (_, exit) = plan.spawn()?;
@@ -661,33 +653,15 @@ mod tests {
         let dir = std::fs::File::open(&leaf).unwrap();
         // Not a `cgroup.procs`: a child that had to join by writing to it would fail.
         let not_procs = std::fs::File::open("/dev/null").unwrap();
-        let argv: Vec<String> = ["cat", "/proc/self/cgroup"].map(String::from).into();
-        let null = std::fs::File::open("/dev/null").unwrap();
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
-        let plan = Plan::new(Command {
-            program: &argv[0],
-            argv: &argv,
-            arg0: None,
-            cwd: Path::new("/"),
-            env: vec![(OsStr::new(PATH.0), OsStr::new(PATH.1))],
-            stdio: [null.as_fd(), write.as_fd(), write.as_fd()],
-            cgroup: Some((dir.as_fd(), not_procs.as_fd())),
-            hook: None,
-        })
-        .unwrap();
-        let started = plan.spawn();
-        drop(write);
-        let mut out = String::new();
-        std::fs::File::from(read).read_to_string(&mut out).unwrap();
-        let status = match started {
-            Ok((_, exit)) => exit.wait().await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
+        let argv = ["cat", "/proc/self/cgroup"];
+        let leaf_fds = Some((dir.as_fd(), not_procs.as_fd()));
+        let result = run_in(&argv, Path::new("/"), &[PATH], None, leaf_fds).await;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while std::fs::remove_dir(&leaf).is_err() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert!(status.is_ok_and(|s| s.success()), "{out}");
+        let (status, out) = result.unwrap();
+        assert!(status.success(), "{out}");
         let name = leaf.file_name().unwrap().to_str().unwrap();
         assert!(out.trim_end().ends_with(&format!("/{name}")), "{out}");
         assert!(!leaf.exists(), "the test's leaf is removed");

@@ -351,24 +351,37 @@ impl Cgroup {
     }
 }
 
-/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+/// `struct clone_args` of clone3(2), up to `cgroup` (`CLONE_ARGS_SIZE_VER2`), for a child born
+/// in a cgroup (here, and the exec-server's vfork-style spawn).
 #[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
+#[derive(Debug, Default)]
+pub struct CloneArgs {
+    /// `CLONE_*` flags.
+    pub flags: u64,
+    /// Where `CLONE_PIDFD` stores the pidfd (an `int *`).
+    pub pidfd: u64,
+    /// `CLONE_CHILD_SETTID`/`CLEARTID` address.
+    pub child_tid: u64,
+    /// `CLONE_PARENT_SETTID` address.
+    pub parent_tid: u64,
+    /// The signal the parent gets at the child's exit.
+    pub exit_signal: u64,
+    /// Lowest address of the child's stack (0: the parent's, as fork).
+    pub stack: u64,
+    /// Its size.
+    pub stack_size: u64,
+    /// `CLONE_SETTLS` value.
+    pub tls: u64,
+    /// Pids to ask for (`set_tid` array address).
+    pub set_tid: u64,
+    /// Their number.
+    pub set_tid_size: u64,
+    /// The cgroup directory's descriptor, with `CLONE_INTO_CGROUP`.
+    pub cgroup: u64,
 }
 
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// `CLONE_INTO_CGROUP` from `<linux/sched.h>`: the child starts in the cgroup `cgroup` names.
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Whether clone3 failed because this kernel lacks it or `CLONE_INTO_CGROUP` (then the
 /// `cgroup.procs` join is used), rather than because the spawn itself failed.
