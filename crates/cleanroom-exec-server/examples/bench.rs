@@ -24,12 +24,12 @@
 //! SIMD search and decoded by a SIMD base64 decoder straight from the frame into one reused
 //! buffer, and only the small JSON around it goes through serde_json (see [`Decoder`]). It still
 //! checks everything: per process seqs strictly increasing (only unique for the reference, which
-//! delivers them out of order), every chunk from stdout and nothing
-//! but zeros, the byte count exact.
+//! delivers them out of order), every chunk from stdout and nothing but zeros, the byte count
+//! exact.
 //!
 //! Usage: `bench (--cleanroom PATH | --reference CODEX) --work DIR [--rounds N] [--bytes B]
-//! [--streams K] [--gap-ms MS] [--no-baselines]`; DIR is an existing private dir the caller removes (cleanroom's state dir,
-//! the servers' HOME, TMPDIR and CODEX_HOME go in it). `scripts/bench` builds it and runs it
+//! [--streams K] [--gap-ms MS] [--no-baselines]`; DIR is an existing private dir the caller
+//! removes (cleanroom's state dir, the servers' HOME, TMPDIR and CODEX_HOME go in it). `scripts/bench` builds it and runs it
 //! once per round and server for its `serve-*` pairs.
 
 use std::borrow::Cow;
@@ -389,29 +389,29 @@ async fn connect(url: &str) -> Ws {
 }
 
 /// The seqs of one process's notifications (one counter, shared by output, exited and closed).
-struct Seqs {
-    /// Whether they must arrive in increasing order (cleanroom's guarantee); else only unique
-    /// (the reference delivers them out of order).
-    ordered: bool,
-    last: u64,
-    seen: HashSet<u64>,
+enum Seqs {
+    /// They must arrive in increasing order (cleanroom's guarantee): the last one seen.
+    Increasing(u64),
+    /// They must only be unique (the reference delivers them out of order): those seen.
+    Unique(HashSet<u64>),
 }
 
 impl Seqs {
     fn new(ordered: bool) -> Seqs {
-        Seqs {
-            ordered,
-            last: 0,
-            seen: HashSet::new(),
+        if ordered {
+            Seqs::Increasing(0)
+        } else {
+            Seqs::Unique(HashSet::new())
         }
     }
 
     fn check(&mut self, seq: u64) {
-        if self.ordered {
-            assert!(seq > self.last, "seq {seq} after {}", self.last);
-            self.last = seq;
-        } else {
-            assert!(self.seen.insert(seq), "seq {seq} twice");
+        match self {
+            Seqs::Increasing(last) => {
+                assert!(seq > *last, "seq {seq} after {last}");
+                *last = seq;
+            }
+            Seqs::Unique(seen) => assert!(seen.insert(seq), "seq {seq} twice"),
         }
     }
 }
@@ -490,7 +490,9 @@ async fn bench_server(o: &Options) -> Figures {
     let mut trips = Vec::new();
     let mut id = 0;
     for round in 0..o.rounds + 10 {
-        tokio::time::sleep(o.gap).await;
+        if !o.gap.is_zero() {
+            tokio::time::sleep(o.gap).await;
+        }
         let started = Instant::now();
         id += 1;
         run(&mut ws, id, &format!("t{round}"), &["/bin/true"], ordered).await;

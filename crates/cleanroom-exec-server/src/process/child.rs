@@ -667,57 +667,56 @@ impl Publisher {
 
     /// Publishes one chunk of output.
     pub(super) async fn output(&self, stream: StreamKind, data: &[u8]) {
-        let _turn = self.turn.lock().await;
-        let process = &*self.process;
-        // Only the turn's holder changes `next_seq`, so it can be read before the chunk is
-        // published.
-        let seq = process.lock().next_seq;
-        let text = output_notification(&process.id, seq, stream, data);
-        {
-            let mut state = process.lock();
-            state.next_seq += 1;
+        let id = &self.process.id;
+        let text = |seq| output_notification(id, seq, stream, data);
+        let retain = |state: &mut State, seq| {
             let data = data.to_vec();
             state.retain(Chunk { seq, stream, data });
-        }
-        process.events.send_replace(());
-        process.outlet.send(text).await;
+        };
+        self.publish(text, retain).await;
     }
 
     async fn publish_exit(&self, code: i32) {
         let id = &self.process.id;
-        let params =
-            |seq| json!({"processId": id, "seq": seq, "exitCode": code, "sandboxDenied": false});
-        let change = |state: &mut State| state.exit_code = Some(code);
-        self.publish_state("process/exited", change, params).await;
+        let params = json!({"processId": id, "exitCode": code, "sandboxDenied": false});
+        let text = |seq| status_notification("process/exited", params, seq);
+        self.publish(text, |state, _| state.exit_code = Some(code))
+            .await;
     }
 
     async fn publish_closed(&self) {
-        let id = &self.process.id;
-        let params = |seq| json!({"processId": id, "seq": seq});
-        let change = |state: &mut State| state.closed = true;
-        self.publish_state("process/closed", change, params).await;
+        let params = json!({"processId": self.process.id});
+        let text = |seq| status_notification("process/closed", params, seq);
+        self.publish(text, |state, _| state.closed = true).await;
     }
 
-    /// Publishes a change of the process's state: takes the next seq and applies `change` under
-    /// one lock, then sends `method` with `params(seq)`.
-    async fn publish_state(
+    /// Publishes one notification: under the turn, with the next seq, `text(seq)` is the
+    /// message and `change(state, seq)` what the process records of it (with the seq's
+    /// increment, under one lock); long-polls are woken, then the message is queued.
+    async fn publish(
         &self,
-        method: &str,
-        change: impl FnOnce(&mut State),
-        params: impl FnOnce(u64) -> Value,
+        text: impl FnOnce(u64) -> String,
+        change: impl FnOnce(&mut State, u64),
     ) {
         let _turn = self.turn.lock().await;
         let process = &*self.process;
-        let seq = {
+        // Only the turn's holder changes `next_seq`, so it can be read before the change.
+        let seq = process.lock().next_seq;
+        let text = text(seq);
+        {
             let mut state = process.lock();
-            let seq = state.next_seq;
             state.next_seq += 1;
-            change(&mut state);
-            seq
-        };
+            change(&mut state, seq);
+        }
         process.events.send_replace(());
-        process.outlet.send(notification(method, params(seq))).await;
+        process.outlet.send(text).await;
     }
+}
+
+/// `method` (`process/exited`, `process/closed`) with `params` and its `seq`.
+fn status_notification(method: &str, mut params: Value, seq: u64) -> String {
+    params["seq"] = seq.into();
+    notification(method, params)
 }
 
 /// Writes `data` to a stdin pipe: a non-blocking write first, so a write the pipe has room for

@@ -143,7 +143,7 @@ impl<'a> Plan<'a> {
         };
         let mut pidfd: c_int = -1;
         let one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
-        let saved = block_all_signals()?;
+        let saved = set_signal_mask(u64::MAX).map_err(io::Error::from_raw_os_error)?;
         // SAFETY (both clones): the child runs `child` on its own stack and only does what the
         // module's invariant allows; CLONE_VFORK keeps this thread (and so `context`, `self`
         // and the stack) waiting until the child has executed or exited.
@@ -158,7 +158,7 @@ impl<'a> Plan<'a> {
             pidfd = -1;
             pid = unsafe { clone_plain(&stack, &mut context, &mut pidfd) };
         }
-        restore_signals(&saved);
+        let _ = set_signal_mask(saved);
         drop(one);
         if pid < 0 {
             let clone_error = io::Error::from_raw_os_error(-pid as c_int);
@@ -350,16 +350,8 @@ unsafe fn run_child(plan: &mut Plan<'_>, join_cgroup: bool) -> c_int {
             return e.raw_os_error().unwrap_or(libc::EINVAL);
         }
     }
-    let empty = [0u64; 1];
-    if libc::syscall(
-        libc::SYS_rt_sigprocmask,
-        libc::SIG_SETMASK,
-        empty.as_ptr(),
-        std::ptr::null_mut::<u64>(),
-        8usize,
-    ) < 0
-    {
-        return errno();
+    if let Err(errno) = set_signal_mask(0) {
+        return errno;
     }
     exec(plan)
 }
@@ -423,37 +415,25 @@ fn errno() -> c_int {
         .unwrap_or(libc::EINVAL)
 }
 
-/// Blocks every signal on this thread (the raw call: glibc's wrapper keeps two of its own
-/// unblocked); returns the mask to restore.
-fn block_all_signals() -> io::Result<u64> {
-    let all = [u64::MAX; 1];
-    let mut saved = [0u64; 1];
+/// Sets the calling thread's signal mask to `mask` (one bit per signal) with the raw system call
+/// (glibc's wrapper keeps two signals of its own unblocked); returns the previous mask, or the
+/// errno. Async-signal-safe: the vfork child empties its mask with it.
+fn set_signal_mask(mask: u64) -> Result<u64, c_int> {
+    let mut previous = 0u64;
     // SAFETY: both sets are 8 bytes, the size passed.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_rt_sigprocmask,
             libc::SIG_SETMASK,
-            all.as_ptr(),
-            saved.as_mut_ptr(),
+            &mask as *const u64,
+            &mut previous as *mut u64,
             8usize,
         )
     };
     if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(saved[0])
-}
-
-fn restore_signals(saved: &u64) {
-    // SAFETY: the set is 8 bytes, the size passed.
-    unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            saved as *const u64,
-            std::ptr::null_mut::<u64>(),
-            8usize,
-        );
+        Err(errno())
+    } else {
+        Ok(previous)
     }
 }
 

@@ -4,8 +4,9 @@
 //! `admission`; `--max-connections` for authenticated ones), the HTTP side (`GET /readyz`, the
 //! capability check with close 1008), frame size limits (close 1009 before parsing), pings, and
 //! each connection's writer, whose queue is bounded by messages and by bytes (`queue`) and whose
-//! sends time out when the client stops reading. It knows nothing of JSON-RPC: each connection is handed to a [`Service`]'s
-//! [`Peer`], which gets every message and may queue [`Outbound`] messages.
+//! sends time out when the client stops reading. It knows nothing of JSON-RPC: each connection
+//! is handed to a [`Service`]'s [`Peer`], which gets every message and may queue [`Outbound`]
+//! messages.
 //!
 //! Invariant: anything a client does ends at most its own connection: errors of one socket are
 //! logged and that socket is dropped; the listener keeps accepting.
