@@ -1706,6 +1706,7 @@ async fn by_default_a_dropped_session_resumes_with_the_output_produced_meanwhile
 async fn idle_unauthenticated_connections_neither_lock_the_client_out_nor_flood_the_log() {
     let server = Server::start_logged(&[]);
     let addr = server.addr();
+    let started = std::time::Instant::now();
     // More idle sockets than --max-connections (4096): none ever sends a byte.
     let mut idle = Vec::new();
     for _ in 0..4150 {
@@ -1721,10 +1722,13 @@ async fn idle_unauthenticated_connections_neither_lock_the_client_out_nor_flood_
     assert_eq!(output_of(&c.until_closed("p").await), "served\n");
     drop(idle);
     let log = server.log();
-    let warnings = log.lines().filter(|l| l.contains("WARN")).count();
+    let warnings = log.lines().filter(|l| l.contains("WARN")).count() as u64;
+    // One warning per 10 s window (the connects take 15-20 s here: the accept queue overflows
+    // now and then and the kernel's SYN retry waits a second), thousands of evictions.
+    let windows = started.elapsed().as_secs() / 10 + 1;
     assert!(
-        warnings <= 2,
-        "one rate-limited warning, not a flood:\n{log}"
+        (1..=windows).contains(&warnings),
+        "one rate-limited warning per 10 s window ({windows}), not a flood:\n{log}"
     );
     let run_id = c.run_id.clone();
     server.stop(&run_id);

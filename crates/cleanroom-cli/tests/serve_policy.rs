@@ -10,7 +10,7 @@ mod serve_support;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
-use serde_json::json;
+use serde_json::{json, Value};
 use serve_support::{managed, path_entry, read_only, special, workspace_write, Server};
 
 /// `work/ws` (a git-like workspace with a secret) and `work/outside`.
@@ -224,4 +224,74 @@ async fn a_shape_that_cannot_be_enforced_is_refused_naming_the_entry() {
     let (started, _, code) = c.run("d", &ws, disabled, "exit 3").await;
     assert_eq!((started["sandboxType"].as_str(), code), (Some("none"), 3));
     server.stop();
+}
+
+/// The inode of a mount namespace link (`/proc/<pid>/ns/mnt`), as `ls -L` names it.
+fn mount_ns_of(pid: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// What `server`'s processes see: a file one writes in `/dev/shm` is read by the next, on pipes
+/// and on a terminal, and all three are in one mount namespace, not the host's, whose own
+/// `/dev/shm` never gets the file. Returns that namespace's inode.
+async fn assert_one_private_dev_shm(server: &Server) -> u64 {
+    let work = server.work();
+    let mut c = server.client().await;
+    let name = format!("cleanroom-shared-{}", std::process::id());
+    let (_, out, code) = c
+        .run(
+            "w",
+            &work,
+            Value::Null,
+            &format!("echo shared > /dev/shm/{name} && stat -L -c %i /proc/self/ns/mnt"),
+        )
+        .await;
+    assert_eq!(code, 0, "{out}");
+    let writer_ns: u64 = out.trim().parse().unwrap();
+    let (_, out, code) = c
+        .run(
+            "r",
+            &work,
+            Value::Null,
+            &format!("cat /dev/shm/{name} && stat -L -c %i /proc/self/ns/mnt"),
+        )
+        .await;
+    assert_eq!((code, out), (0, format!("shared\n{writer_ns}\n")));
+    c.start(
+        "t",
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("cat /dev/shm/{name}; stat -L -c %i /proc/self/ns/mnt"),
+        ],
+        json!({"tty": true}),
+    )
+    .await;
+    let on_terminal = c.output_until("t", &writer_ns.to_string()).await;
+    assert!(on_terminal.contains("shared"), "{on_terminal}");
+    assert_ne!(Some(writer_ns), mount_ns_of("self"), "the host's namespace");
+    assert!(
+        !Path::new("/dev/shm").join(&name).exists(),
+        "leaked into the host"
+    );
+    writer_ns
+}
+
+#[tokio::test]
+async fn an_environments_processes_share_one_private_dev_shm_that_ends_with_the_server() {
+    for server in [Server::start(&[]), Server::start_unprivileged(&[])] {
+        let namespace = assert_one_private_dev_shm(&server).await;
+        server.stop();
+        let holders: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+            .filter(|pid| mount_ns_of(pid) == Some(namespace))
+            .collect();
+        assert!(holders.is_empty(), "still in the namespace: {holders:?}");
+    }
 }

@@ -9,7 +9,11 @@
 //!    server's own threads spent on it, from /proc/PID/stat);
 //! 3. unless `--no-baselines`, baselines in the same harness through tokio-tungstenite: the same
 //!    B bytes sent as raw binary frames of the server's chunk size, and as the very notification
-//!    text frames the server would send (the client parses and decodes them exactly as in 2).
+//!    text frames the server would send (the client parses and decodes them exactly as in 2),
+//!    by a sender on a thread and runtime of its own, as a server process has.
+//!
+//! The client runs on one thread (tokio's current-thread runtime): a frame it receives wakes the
+//! task waiting for it without a hop between threads, which the round trip would count.
 //!
 //! The requests are what both servers accept: `initialize`, the `initialized` notification
 //! (Codex requires it before exec methods, cleanroom accepts it), and `process/start` with the
@@ -546,17 +550,26 @@ async fn bench_baseline(
     frame: Message,
     consume: fn(&mut Decoder, &Message) -> usize,
 ) -> f64 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let count = bytes.div_ceil(CHUNK);
-    tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        tcp.set_nodelay(true).unwrap();
-        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        for _ in 0..count {
-            ws.send(frame.clone()).await.unwrap();
-        }
-        ws.close(None).await.unwrap();
+    // The sender on a thread and runtime of its own, as a server process has.
+    let sender = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            listener.set_nonblocking(true).unwrap();
+            let listener = TcpListener::from_std(listener).unwrap();
+            let (tcp, _) = listener.accept().await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            for _ in 0..count {
+                ws.send(frame.clone()).await.unwrap();
+            }
+            ws.close(None).await.unwrap();
+        });
     });
     let (mut ws, _) = tokio_tungstenite::connect_async_with_config(
         format!("ws://{addr}/"),
@@ -575,6 +588,7 @@ async fn bench_baseline(
         received += consume(&mut decoder, &message);
     }
     let elapsed = started.elapsed().as_secs_f64();
+    sender.join().unwrap();
     assert_eq!(received, count * CHUNK);
     received as f64 / elapsed
 }
@@ -590,7 +604,7 @@ fn consume_notification(decoder: &mut Decoder, message: &Message) -> usize {
     check_output(&decoder.decode(text))
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() {
     let o = options();
     let figures = bench_server(&o).await;

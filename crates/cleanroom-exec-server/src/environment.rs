@@ -4,7 +4,8 @@
 //!
 //! Invariants: the root exists from [`Environment::create`] until [`Environment::shutdown`]; the
 //! container (subreaper, and a cgroup when the server may create one) is set up before the first
-//! spawn; the write protection (`--protect`) is prepared once and applied to every process; the
+//! spawn; the write protection (`--protect`) is prepared once, its namespaces (a private
+//! `/dev/shm` among them) set up once and joined by every process; the
 //! base environment is built from the host's with secrets dropped (unless the server
 //! allows them) and HOME/TMPDIR/XDG pinned inside the root, and carries `CLEANROOM_RUN_ID`, so
 //! `gc` can reclaim the root and kill what is left if the server is killed. The protection's
@@ -93,12 +94,15 @@ impl Environment {
             },
         )?;
         let child = cleanroom::env::build(&host, root.layout(), root.path(), &run_id, &env_options);
+        // Established: every process joins the same namespaces (one private `/dev/shm` for the
+        // whole environment) instead of making its own.
         let protection = Protection::prepare(&ProtectionRequest::new(
             options.protect,
             &child,
             root.path(),
             &options.cwd,
-        ));
+        ))
+        .and_then(Protection::established);
         let protection = match protection {
             Ok(protection) => protection,
             Err(e) => {

@@ -173,26 +173,44 @@ fn is_valid_name(name: &str) -> bool {
 
 /// Case-insensitive glob with `*` (any run) and `?` (one character).
 pub fn glob_match(glob: &str, name: &str) -> bool {
-    let g: Vec<char> = glob.chars().map(|c| c.to_ascii_uppercase()).collect();
-    let n: Vec<char> = name.chars().map(|c| c.to_ascii_uppercase()).collect();
+    if glob.is_ascii() && name.is_ascii() {
+        // Bytes are characters here: no allocation for the usual case (every start checks each
+        // variable against the default excludes).
+        return wildcard(glob.as_bytes(), name.as_bytes(), b'*', b'?', |a, b| {
+            a.eq_ignore_ascii_case(&b)
+        });
+    }
+    let g: Vec<char> = glob.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    wildcard(&g, &n, '*', '?', |a, b| a.eq_ignore_ascii_case(&b))
+}
+
+/// `glob` against `name` with `star` (any run) and `any` (one item), items compared by `eq`.
+fn wildcard<T: Copy + PartialEq>(
+    glob: &[T],
+    name: &[T],
+    star: T,
+    any: T,
+    eq: impl Fn(T, T) -> bool,
+) -> bool {
     let (mut gi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if gi < g.len() && (g[gi] == '?' || g[gi] == n[ni]) {
+    let mut last_star: Option<(usize, usize)> = None;
+    while ni < name.len() {
+        if gi < glob.len() && (glob[gi] == any || eq(glob[gi], name[ni])) {
             gi += 1;
             ni += 1;
-        } else if gi < g.len() && g[gi] == '*' {
-            star = Some((gi, ni));
+        } else if gi < glob.len() && glob[gi] == star {
+            last_star = Some((gi, ni));
             gi += 1;
-        } else if let Some((sg, sn)) = star {
+        } else if let Some((sg, sn)) = last_star {
             gi = sg + 1;
             ni = sn + 1;
-            star = Some((sg, sn + 1));
+            last_star = Some((sg, sn + 1));
         } else {
             return false;
         }
     }
-    g[gi..].iter().all(|&c| c == '*')
+    glob[gi..].iter().all(|&c| c == star)
 }
 
 /// Parses the client's `env` overlay.
@@ -236,6 +254,9 @@ mod tests {
         assert!(glob_match("A?C", "abc"));
         assert!(!glob_match("*_TOKEN", "TOKENS"));
         assert!(glob_match("*", ""));
+        // Not ASCII: `?` is one character, not one byte.
+        assert!(glob_match("?É*", "aÉb"));
+        assert!(!glob_match("?", "É_"));
     }
 
     #[test]

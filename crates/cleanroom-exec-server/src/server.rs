@@ -136,7 +136,7 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
         max_message_bytes: config.max_message_bytes,
     };
     tune_allocator();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -218,14 +218,18 @@ async fn shutdown(shared: &Arc<Shared>) {
     let _ = tokio::task::spawn_blocking(move || shared.env.shutdown(&shared.reaper)).await;
 }
 
-/// Reaps exited orphans (setsid and double-forked descendants re-parented to the server) on
-/// every SIGCHLD and once a second.
+/// Reaps exited orphans (setsid and double-forked descendants re-parented to the server) shortly
+/// after a SIGCHLD ([`ORPHAN_SCAN_DELAY`]) and once a second.
 async fn reap_orphans_forever(reaper: Reaper) {
     let mut children = signal(SignalKind::child()).ok();
     loop {
         match children.as_mut() {
             Some(children) => {
-                let _ = tokio::time::timeout(Duration::from_secs(1), children.recv()).await;
+                if let Ok(Some(())) =
+                    tokio::time::timeout(Duration::from_secs(1), children.recv()).await
+                {
+                    tokio::time::sleep(ORPHAN_SCAN_DELAY).await;
+                }
             }
             None => tokio::time::sleep(Duration::from_secs(1)).await,
         }
@@ -233,6 +237,11 @@ async fn reap_orphans_forever(reaper: Reaper) {
         let _ = tokio::task::spawn_blocking(move || reaper.reap_orphans()).await;
     }
 }
+
+/// How long the orphan scan waits after a SIGCHLD: the exits of a burst are reaped by one scan,
+/// and the scan (a procfs walk on a blocking thread) stays off the path from a started
+/// process's exit to its `exited` and `closed` notifications, which most SIGCHLDs announce.
+const ORPHAN_SCAN_DELAY: Duration = Duration::from_millis(10);
 
 /// Empties the signal mask inherited from whoever started the server, before any thread exists,
 /// so SIGTERM/SIGINT/SIGHUP and SIGCHLD reach the runtime's handlers.

@@ -411,6 +411,58 @@ fn a_private_dev_shm_is_empty_writable_and_gone_with_the_child() {
     assert_eq!(fs::read_to_string(&host_file).unwrap(), PRECIOUS);
 }
 
+#[test]
+fn an_established_sandbox_shares_its_mounts_and_dev_shm_and_still_cannot_be_undone() {
+    let tree = Tree::new();
+    let marker = format!("cleanroom-established-{}", std::process::id());
+    let mut policy = Policy::new();
+    policy.private_dev_shm = true;
+    policy
+        .rule("/", Access::Read, "everything readable")
+        .rule(tree.path("work"), Access::Write, "the workspace")
+        .rule(tree.path("work/.git"), Access::Read, "git metadata");
+    let sandbox = compile(&policy)
+        .established()
+        .expect("establish the sandbox");
+    assert_eq!(sandbox.status().dev_shm, DevShm::Private);
+    // Joining needs the identity the namespaces were made with: the spawner's own.
+    let output = tree.run(&sandbox, Who::Me, "work", GIT_ATTEMPTS);
+    assert_all(&output, "ALLOWED", &["cwd:create", "cwd:mkdir", "git:read"]);
+    assert_all(
+        &output,
+        "REFUSED",
+        &[
+            "git:overwrite",
+            "git:create",
+            "undo:umount",
+            "undo:remount",
+            "undo:setattr",
+            "undo:write-after",
+            "undo:clone-root",
+        ],
+    );
+    let first = tree.run(
+        &sandbox,
+        Who::Me,
+        "work",
+        &format!("try shm:create write /dev/shm/{marker}\n"),
+    );
+    assert_all(&first, "ALLOWED", &["shm:create"]);
+    let second = tree.run(
+        &sandbox,
+        Who::Me,
+        "work",
+        &format!("try shm:shared test -e /dev/shm/{marker}\ntry shm:outside write $B/outside/x\n"),
+    );
+    assert_all(&second, "ALLOWED", &["shm:shared"]);
+    assert_all(&second, "REFUSED", &["shm:outside"]);
+    assert!(
+        !Path::new("/dev/shm").join(&marker).exists(),
+        "leaked into the host"
+    );
+    tree.unchanged("work/.git/HEAD");
+}
+
 /// Removes a file the test made outside its temporary directory, even when the test fails.
 struct RemoveOnDrop(PathBuf);
 

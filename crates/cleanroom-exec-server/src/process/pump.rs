@@ -20,6 +20,10 @@ use super::pty::Master;
 /// Largest chunk read from a pipe or terminal at once: a streaming child's output goes out in
 /// chunks this large (fewer notifications, so fewer wake-ups per byte on every hop).
 const READ_CHUNK: usize = 256 * 1024;
+/// The read buffer a pump starts with; it grows to [`READ_CHUNK`] the first time a read fills
+/// it. Most processes write a few lines: zeroing two 256 KiB buffers per process cost more than
+/// their whole output.
+const FIRST_CHUNK: usize = 16 * 1024;
 /// How long a streaming pipe's chunk may wait to fill up.
 const COALESCE: Duration = Duration::from_millis(1);
 
@@ -164,7 +168,7 @@ pub(super) struct Pump<P> {
 
 impl<P: Publish> Pump<P> {
     pub(super) async fn run(self, mut source: impl Source) {
-        let mut buf = vec![0u8; READ_CHUNK];
+        let mut buf = vec![0u8; FIRST_CHUNK];
         let mut last_sent: Option<Instant> = None;
         'pump: loop {
             let first = tokio::select! {
@@ -182,6 +186,7 @@ impl<P: Publish> Pump<P> {
                         if n < buf.len() {
                             break;
                         }
+                        buf.resize(READ_CHUNK, 0);
                     }
                     if self.tx.send(Event::Drained(self.index)).await.is_err() {
                         return;
@@ -204,6 +209,9 @@ impl<P: Publish> Pump<P> {
             last_sent = Some(Instant::now());
             if eof {
                 break;
+            }
+            if n == buf.len() {
+                buf.resize(READ_CHUNK, 0);
             }
         }
         let _ = self.tx.send(Event::Eof(self.index)).await;

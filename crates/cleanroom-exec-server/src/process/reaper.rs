@@ -6,7 +6,7 @@
 //! the two membership rules: one process's ([`Membership`]) and one session's ([`Scope`]).
 //!
 //! Invariants: `waitpid(-1)` is never called; a pid in the tokio set is never reaped here; a pid
-//! enters the set under the same lock as its spawn and the orphan scan, so a child that exits
+//! enters the set under the same lock as its spawn and the orphan reaps, so a child that exits
 //! before it is registered cannot be stolen from tokio. A termination ends only on proof that
 //! its set is empty ([`Settling`]): an empty listing alone proves nothing while a fork-and-exit
 //! chain runs.
@@ -44,9 +44,15 @@ impl Reaper {
     }
 
     /// Reaps every exited child of the server that tokio does not own (blocking: procfs scan).
+    /// The scan runs before the lock is taken, so a waiter releasing its pid or a spawn never
+    /// waits for procfs; the reaps run under it, so a pid registered meanwhile is left alone.
     pub fn reap_orphans(&self) {
+        let exited = cleanroom::contain::exited_children();
+        if exited.is_empty() {
+            return;
+        }
         let owned = self.lock();
-        let reaped = cleanroom::contain::reap_orphans(&|pid| owned.contains(&pid));
+        let reaped = cleanroom::contain::reap_exited(&exited, &|pid| owned.contains(&pid));
         self.reaped.fetch_add(reaped as u64, Ordering::SeqCst);
     }
 

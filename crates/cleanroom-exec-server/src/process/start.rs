@@ -116,15 +116,16 @@ pub fn new_uuid() -> Result<String, RpcError> {
         .map_err(|e| RpcError::internal(format!("cannot read random bytes: {e}")))?;
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    ))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut uuid = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            uuid.push('-');
+        }
+        uuid.push(char::from(HEX[usize::from(byte >> 4)]));
+        uuid.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    Ok(uuid)
 }
 
 #[cfg(test)]
@@ -159,7 +160,13 @@ mod tests {
         let spec = check(json!({"processId":"p","argv":["true"],"cwd":"file:///","env":{},"tty":false,"arg0":null,"envPolicy":{"inherit":"all"}})).unwrap();
         let names: Vec<&str> = spec.env.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, ["CLEANROOM_EXEC_ID", "CLEANROOM_RUN_ID", "PATH"]);
-        assert_eq!(spec.exec_id.len(), 36);
+        let groups: Vec<usize> = spec.exec_id.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{}", spec.exec_id);
+        assert_eq!(&spec.exec_id[14..15], "4", "version 4: {}", spec.exec_id);
+        assert!(spec
+            .exec_id
+            .bytes()
+            .all(|b| b == b'-' || b.is_ascii_hexdigit()));
     }
 
     #[test]

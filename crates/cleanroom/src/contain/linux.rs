@@ -97,10 +97,26 @@ pub(super) unsafe fn kill_group_raw(leader: libc::c_int, group: i32) {
 /// their children with a runtime such as tokio, which must reap its own). Returns how many it
 /// reaped.
 pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) -> usize {
+    reap_exited(&exited_children(), keep)
+}
+
+/// This process's children that have exited and wait to be reaped, listed without reaping
+/// (procfs reads only: a caller that guards its reaps with a lock lists before taking it).
+pub fn exited_children() -> Vec<i32> {
     let me = std::process::id() as i32;
+    let mut exited = process::children(me);
+    exited.retain(|&child| !process::is_alive(child));
+    exited
+}
+
+/// Reaps those of `exited` (from [`exited_children`]) that `keep` does not claim now; returns
+/// how many. A pid reaped meanwhile by someone else and reused by a new child is either claimed
+/// by `keep` (a child its owner registered) or an orphan that is ours to reap: `waitpid` only
+/// takes it once it has exited.
+pub fn reap_exited(exited: &[i32], keep: &dyn Fn(i32) -> bool) -> usize {
     let mut reaped = 0;
-    for child in process::children(me) {
-        if keep(child) || process::is_alive(child) {
+    for &child in exited {
+        if keep(child) {
             continue;
         }
         let Some(pid) = rustix::process::Pid::from_raw(child) else {

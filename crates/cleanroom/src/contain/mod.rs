@@ -43,8 +43,8 @@ use crate::Result;
 
 pub(crate) use os::unescape_mountinfo;
 pub use os::{
-    cgroup2_mount, cgroup_root, kill_cgroup_path, reap_orphans, recorded_cgroup_members,
-    reset_signals_on_exec, set_subreaper, CloneArgs, CLONE_INTO_CGROUP,
+    cgroup2_mount, cgroup_root, exited_children, kill_cgroup_path, reap_exited, reap_orphans,
+    recorded_cgroup_members, reset_signals_on_exec, set_subreaper, CloneArgs, CLONE_INTO_CGROUP,
 };
 pub use watchdog::Watchdog;
 

@@ -444,6 +444,17 @@ impl Protection {
     pub fn child_hook(&self) -> Option<impl Fn() -> std::io::Result<()> + Send + Sync + 'static> {
         self.sandbox.as_ref().and_then(Sandbox::child_hook)
     }
+
+    /// This policy with its namespaces set up once and shared by every command it is installed
+    /// on (see [`Sandbox::established`]): for a spawner whose commands form one cleanroom, such
+    /// as the exec-server's environment, they share one private `/dev/shm`.
+    pub fn established(self) -> Result<Protection> {
+        let sandbox = match &self.sandbox {
+            Some(sandbox) => Some(sandbox.established()?),
+            None => None,
+        };
+        Ok(Protection { sandbox, ..self })
+    }
 }
 
 /// The variable the CLI reads its state dir (namespace) from.

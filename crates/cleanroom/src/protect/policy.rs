@@ -69,7 +69,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::compile::{self, CanonicalRule, MountKind};
-use super::linux::child::{ChildPlan, LandlockPlan, MountStep};
+use super::linux::child::{ChildPlan, LandlockPlan, MountStep, Steps};
 use super::linux::Rights;
 pub use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
 use super::{linux, Enforcement};
@@ -212,7 +212,7 @@ pub struct SandboxStatus {
 pub struct Sandbox {
     status: SandboxStatus,
     /// Shared with every hook, so the descriptors it holds stay open as long as one may run.
-    plan: Arc<ChildPlan>,
+    plan: Arc<Steps>,
 }
 
 impl Sandbox {
@@ -288,7 +288,32 @@ impl Sandbox {
             return None;
         }
         let plan = Arc::clone(&self.plan);
-        Some(move || linux::child::apply(&plan))
+        Some(move || plan.apply())
+    }
+
+    /// This sandbox with its namespaces and mounts set up once, now, and held by the returned
+    /// sandbox, whose hook only joins them and restricts itself with a ruleset built here: a
+    /// start costs a few system calls instead of namespaces of its own, whose teardown at exit
+    /// waits for an RCU grace period. For a long-lived spawner whose processes form one
+    /// cleanroom (the exec-server's environment): they all share the mounts, a private
+    /// `/dev/shm` included, which live until the returned sandbox and every process that
+    /// joined them are gone. The status is unchanged: the same policy is enforced. Its commands
+    /// must run as this process's user: a child that changed its identity before the hook has no
+    /// right to enter namespaces made by another.
+    ///
+    /// Errors: [`Error::Io`] when the namespaces cannot be set up or opened (the kernel refused
+    /// what [`Sandbox::compile`] probed, or procfs is not mounted).
+    pub fn established(&self) -> Result<Sandbox> {
+        let plan = match &*self.plan {
+            Steps::Own(plan) => Arc::new(Steps::Join(linux::shared::establish(plan).map_err(
+                |e| Error::sys("set up the sandbox's shared namespaces and ruleset", e),
+            )?)),
+            Steps::Join(_) => Arc::clone(&self.plan),
+        };
+        Ok(Sandbox {
+            status: self.status.clone(),
+            plan,
+        })
     }
 }
 
@@ -565,7 +590,7 @@ impl Builder {
         tracing::debug!(?plan, "sandbox compiled");
         Ok(Sandbox {
             status: self.status,
-            plan: Arc::new(plan),
+            plan: Arc::new(Steps::Own(plan)),
         })
     }
 }

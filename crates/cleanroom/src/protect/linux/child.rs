@@ -1,5 +1,6 @@
 //! What a sandboxed child does between fork and exec: enter its namespaces, set up its mounts,
-//! drop what could undo them, restrict itself with Landlock.
+//! drop what could undo them, restrict itself with Landlock ([`apply`]); or join namespaces a
+//! holder set up once and restrict itself with a ruleset built outside ([`join`]).
 //!
 //! Invariant: everything here runs after fork, in a child of a possibly multi-threaded parent,
 //! so it makes only raw, async-signal-safe system calls on data prepared before the fork (paths
@@ -10,7 +11,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// `CAP_SYS_ADMIN` from `<linux/capability.h>`.
@@ -115,8 +116,50 @@ impl ChildPlan {
     }
 }
 
+/// What a sandboxed child does: set up a sandbox of its own, or join shared namespaces.
+#[derive(Debug)]
+pub(crate) enum Steps {
+    /// Its own namespaces, mounts and ruleset ([`apply`]).
+    Own(ChildPlan),
+    /// Namespaces a holder set up and a ruleset built outside ([`join`]).
+    Join(JoinPlan),
+}
+
+impl Steps {
+    /// Whether the child has anything to do.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Steps::Own(plan) => plan.is_empty(),
+            Steps::Join(plan) => plan.is_empty(),
+        }
+    }
+
+    /// Applies the steps to the calling process. Runs after fork: raw system calls only.
+    pub fn apply(&self) -> io::Result<()> {
+        match self {
+            Steps::Own(plan) => apply(plan),
+            Steps::Join(plan) => join(plan),
+        }
+    }
+}
+
 /// Applies `plan` to the calling process. Runs after fork: raw system calls only.
-pub(crate) fn apply(plan: &ChildPlan) -> io::Result<()> {
+fn apply(plan: &ChildPlan) -> io::Result<()> {
+    enter(plan)?;
+    if plan.protective_mounts {
+        drop_sys_admin()?;
+    }
+    if let Some(landlock) = &plan.landlock {
+        let ruleset = build_ruleset(landlock, &open_path)?;
+        enforce(&ruleset)?;
+    }
+    Ok(())
+}
+
+/// Enters the namespaces of `plan` and makes its mounts: what [`apply`] does before it drops
+/// capabilities and restricts itself, and all a holder of shared namespaces does
+/// ([`super::shared`]).
+pub(crate) fn enter(plan: &ChildPlan) -> io::Result<()> {
     if plan.mount_ns || plan.net_ns {
         let mut flags = 0;
         if plan.mount_ns {
@@ -138,22 +181,82 @@ pub(crate) fn apply(plan: &ChildPlan) -> io::Result<()> {
         }
         reenter_cwd()?;
     }
-    if plan.protective_mounts {
-        // SAFETY: prctl with PR_CAPBSET_DROP takes integer arguments only.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) };
-        // SAFETY: geteuid takes no arguments.
-        if rc != 0 && unsafe { libc::geteuid() } == 0 {
+    Ok(())
+}
+
+/// Namespaces set up once by a holder ([`super::shared`]) and a ruleset built outside the
+/// child: what every child of a long-lived spawner joins instead of making its own.
+#[derive(Debug)]
+pub(crate) struct JoinPlan {
+    /// Namespace descriptors with their `setns` type, in the order they are entered (a user
+    /// namespace first: it gives the right to enter the others).
+    pub namespaces: Vec<(OwnedFd, libc::c_int)>,
+    /// As [`ChildPlan::protective_mounts`].
+    pub protective_mounts: bool,
+    /// The Landlock ruleset to restrict the child with.
+    pub ruleset: Option<OwnedFd>,
+}
+
+impl JoinPlan {
+    /// Whether the child has anything to do.
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.is_empty() && self.ruleset.is_none()
+    }
+}
+
+/// Applies `plan` to the calling process: joins its namespaces (the working directory is
+/// re-entered by its path in the joined mount namespace, which resets it to its root), drops
+/// what could undo the mounts, restricts itself. Runs after fork: raw system calls only.
+fn join(plan: &JoinPlan) -> io::Result<()> {
+    let mut cwd = [0u8; CWD_MAX];
+    let mount_ns = plan
+        .namespaces
+        .iter()
+        .any(|&(_, kind)| kind == libc::CLONE_NEWNS);
+    // SAFETY: `cwd` is a writable buffer of the given length; getcwd with a buffer does not
+    // allocate.
+    if mount_ns && unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    for (fd, kind) in &plan.namespaces {
+        // SAFETY: `fd` is an open namespace descriptor of type `kind`.
+        if unsafe { libc::setns(fd.as_raw_fd(), *kind) } != 0 {
             return Err(io::Error::last_os_error());
         }
     }
-    if let Some(landlock) = &plan.landlock {
-        restrict_self(landlock)?;
+    // SAFETY: getcwd succeeded, so `cwd` holds a NUL-terminated path.
+    if mount_ns && unsafe { libc::chdir(cwd.as_ptr().cast()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if plan.protective_mounts {
+        drop_sys_admin()?;
+    }
+    match &plan.ruleset {
+        Some(ruleset) => enforce(ruleset),
+        None => Ok(()),
+    }
+}
+
+/// Drops `CAP_SYS_ADMIN` from the bounding set, so a process running as uid 0 cannot clear the
+/// read-only flag of protective mounts (`mount_setattr`) or clone the tree below them
+/// (`open_tree`), which Landlock does not stop.
+fn drop_sys_admin() -> io::Result<()> {
+    // SAFETY: prctl with PR_CAPBSET_DROP takes integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) };
+    // SAFETY: geteuid takes no arguments.
+    if rc != 0 && unsafe { libc::geteuid() } == 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
 
-/// Builds the ruleset of `plan`, then `no_new_privs` and `landlock_restrict_self`.
-fn restrict_self(plan: &LandlockPlan) -> io::Result<()> {
+/// Builds the ruleset of `plan`; a late rule's path is opened with `open_late` (in the child
+/// after its mounts, or from outside through a holder's root). Raw system calls only, so it
+/// also runs after fork.
+pub(crate) fn build_ruleset(
+    plan: &LandlockPlan,
+    open_late: &dyn Fn(&CStr) -> io::Result<OwnedFd>,
+) -> io::Result<OwnedFd> {
     let attr = RulesetAttr {
         handled_access_fs: plan.handled,
     };
@@ -169,35 +272,40 @@ fn restrict_self(plan: &LandlockPlan) -> io::Result<()> {
     if ruleset < 0 {
         return Err(io::Error::last_os_error());
     }
-    let ruleset = ruleset as RawFd;
-    let result = (|| {
-        for (fd, rights) in &plan.rules {
-            add_rule(ruleset, fd.as_raw_fd(), *rights)?;
-        }
-        for (path, rights) in &plan.late_rules {
-            // SAFETY: `path` is NUL-terminated; O_PATH needs no mode.
-            let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let added = add_rule(ruleset, fd, *rights);
-            // SAFETY: `fd` is ours and closed exactly once.
-            unsafe { libc::close(fd) };
-            added?;
-        }
-        // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only.
-        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `ruleset` is the ruleset descriptor created above; flags 0.
-        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    })();
-    // SAFETY: `ruleset` is ours and closed exactly once.
-    unsafe { libc::close(ruleset) };
-    result
+    // SAFETY: landlock_create_ruleset returned a new descriptor, ours alone.
+    let ruleset = unsafe { OwnedFd::from_raw_fd(ruleset as RawFd) };
+    for (fd, rights) in &plan.rules {
+        add_rule(ruleset.as_raw_fd(), fd.as_raw_fd(), *rights)?;
+    }
+    for (path, rights) in &plan.late_rules {
+        let fd = open_late(path)?;
+        add_rule(ruleset.as_raw_fd(), fd.as_raw_fd(), *rights)?;
+    }
+    Ok(ruleset)
+}
+
+/// `no_new_privs`, then `landlock_restrict_self` with `ruleset`.
+fn enforce(ruleset: &OwnedFd) -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `ruleset` is an open ruleset descriptor; flags 0.
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `open(path, O_PATH)`. Raw system call only.
+pub(crate) fn open_path(path: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: `path` is NUL-terminated; O_PATH needs no mode.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: open returned a new descriptor, ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `landlock_add_rule` of a path-beneath rule: `rights` beneath the file or directory `fd`.

@@ -1,12 +1,13 @@
 //! Linux kernel side of protection: Landlock detection and ruleset creation, the code that runs
-//! in the child between fork and exec ([`child`]), and small fork-based probes used by the
-//! sandbox compiler and `doctor`.
+//! in the child between fork and exec ([`child`]), namespaces set up once for many children
+//! ([`shared`]), and small fork-based probes used by the sandbox compiler and `doctor`.
 //!
 //! Invariant: everything that runs after fork (the child plan, the probe bodies) makes only
 //! raw, async-signal-safe system calls on data prepared before the fork or on the stack; it never
 //! allocates, locks or touches Rust's standard I/O.
 
 pub(crate) mod child;
+pub(crate) mod shared;
 
 use std::io;
 use std::os::fd::OwnedFd;
