@@ -234,9 +234,16 @@ fn mount_ns_of(pid: &str) -> Option<u64> {
         .map(|m| m.ino())
 }
 
-/// What `server`'s processes see: a file one writes in `/dev/shm` is read by the next, on pipes
-/// and on a terminal, and all three are in one mount namespace, not the host's, whose own
-/// `/dev/shm` never gets the file. Returns that namespace's inode.
+/// Makes the mount at `/dev/shm` read-only with `mount_setattr` (Landlock refuses `mount`, not
+/// this; a process running as uid 0 needs `CAP_SYS_ADMIN` for it); says `setattr:ok` or
+/// `setattr:refused`.
+const MAKE_DEV_SHM_READ_ONLY: &str = r#"perl -e 'my ($path, $attr) = ("/dev/shm", pack("QQQQ", 1, 0, 0, 0)); syscall(442, -100, $path, 0x8000, $attr, 32) == 0 or exit 1' && echo setattr:ok || echo setattr:refused"#;
+
+/// What `server`'s processes see: a file one writes in `/dev/shm` is read by the next, on pipes,
+/// on a terminal and under managed policies (with and without namespaces of their own), all in
+/// the environment's mount namespace or one made inside it, never the host's, whose own
+/// `/dev/shm` never gets a file; and none of them can make the shared mounts read-only for the
+/// others. Returns the environment's mount namespace inode.
 async fn assert_one_private_dev_shm(server: &Server) -> u64 {
     let work = server.work();
     let mut c = server.client().await;
@@ -246,17 +253,24 @@ async fn assert_one_private_dev_shm(server: &Server) -> u64 {
             "w",
             &work,
             Value::Null,
-            &format!("echo shared > /dev/shm/{name} && stat -L -c %i /proc/self/ns/mnt"),
+            &format!(
+                "echo shared > /dev/shm/{name} && {MAKE_DEV_SHM_READ_ONLY} && \
+                 grep CapBnd /proc/self/status && stat -L -c %i /proc/self/ns/mnt"
+            ),
         )
         .await;
     assert_eq!(code, 0, "{out}");
-    let writer_ns: u64 = out.trim().parse().unwrap();
+    assert!(out.contains("setattr:refused"), "{out}");
+    let cap_bnd = out.lines().find(|l| l.starts_with("CapBnd")).unwrap();
+    let bits = u64::from_str_radix(cap_bnd.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    assert_eq!(bits & (1 << 21), 0, "CAP_SYS_ADMIN kept: {cap_bnd}");
+    let writer_ns: u64 = out.lines().last().unwrap().trim().parse().unwrap();
     let (_, out, code) = c
         .run(
             "r",
             &work,
             Value::Null,
-            &format!("cat /dev/shm/{name} && stat -L -c %i /proc/self/ns/mnt"),
+            &format!("cat /dev/shm/{name} && touch here && stat -L -c %i /proc/self/ns/mnt"),
         )
         .await;
     assert_eq!((code, out), (0, format!("shared\n{writer_ns}\n")));
@@ -272,11 +286,36 @@ async fn assert_one_private_dev_shm(server: &Server) -> u64 {
     .await;
     let on_terminal = c.output_until("t", &writer_ns.to_string()).await;
     assert!(on_terminal.contains("shared"), "{on_terminal}");
+    // Managed: writes everywhere in the environment's namespace (Landlock alone), then in a
+    // mount and network namespace of its own made inside it.
+    for (id, network, next) in [("m1", "enabled", "m2"), ("m2", "restricted", "m3")] {
+        let everything = managed(&work, vec![special("root", None, "write")], network);
+        let (_, out, code) = c
+            .run(
+                id,
+                &work,
+                everything,
+                &format!("cat /dev/shm/{name} && echo {next} > /dev/shm/{name}-{next}"),
+            )
+            .await;
+        assert_eq!((code, out.as_str()), (0, "shared\n"), "{id}");
+    }
+    let (_, out, code) = c
+        .run(
+            "r2",
+            &work,
+            Value::Null,
+            &format!("cat /dev/shm/{name}-m2 /dev/shm/{name}-m3"),
+        )
+        .await;
+    assert_eq!((code, out.as_str()), (0, "m2\nm3\n"));
     assert_ne!(Some(writer_ns), mount_ns_of("self"), "the host's namespace");
-    assert!(
-        !Path::new("/dev/shm").join(&name).exists(),
-        "leaked into the host"
-    );
+    for leaked in [name.clone(), format!("{name}-m2"), format!("{name}-m3")] {
+        assert!(
+            !Path::new("/dev/shm").join(&leaked).exists(),
+            "{leaked} in the host's"
+        );
+    }
     writer_ns
 }
 

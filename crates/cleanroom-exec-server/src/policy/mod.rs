@@ -129,11 +129,16 @@ impl Confinement {
     }
 
     /// The hook applying this confinement in the child (see [`Sandbox::child_hook`]): the
-    /// managed policy, else the environment's `protection`.
+    /// managed policy, inside the environment's namespaces (its private `/dev/shm`, not the
+    /// host's: see [`Sandbox::within`]), else the environment's `protection`.
     pub fn child_hook(&self, protection: &Protection) -> Option<ChildHook> {
-        match &self.managed {
-            Some(sandbox) => sandbox.child_hook().map(|h| Box::new(h) as ChildHook),
-            None => protection.child_hook().map(|h| Box::new(h) as ChildHook),
+        match (&self.managed, protection.sandbox()) {
+            (Some(sandbox), Some(environment)) => sandbox
+                .within(environment)
+                .child_hook()
+                .map(|h| Box::new(h) as ChildHook),
+            (Some(sandbox), None) => sandbox.child_hook().map(|h| Box::new(h) as ChildHook),
+            (None, _) => protection.child_hook().map(|h| Box::new(h) as ChildHook),
         }
     }
 }

@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::{Call, Reply};
+use super::{Call, Reply, Shared};
 use crate::process::start::{self, EnvContext};
 use crate::protocol::{Params, RpcError};
 
@@ -21,16 +21,21 @@ pub async fn environment_status(_: Call) -> Result<Value, RpcError> {
     Ok(json!({"status": "ready"}))
 }
 
-/// `process/start`: the pumps start once the result is queued.
+/// `process/start`: the pumps start once the result is queued. A managed `sandbox` is resolved
+/// and compiled on the blocking pool (its globs walk directories, its cover lists them), not on
+/// the server's one runtime thread; the connection still waits for it, so requests stay in order.
 pub async fn start(c: Call) -> Reply {
     let shared = &c.shared;
-    let context = EnvContext {
-        base: shared.env.base(),
-        allow_secret_env: shared.allow_secret_env,
-        run_id: shared.env.run_id(),
-        policy: shared.env.policy_base(),
+    let managed = c.params.get("sandbox").is_some_and(|s| !s.is_null());
+    let validated = if managed {
+        let (shared, params) = (shared.clone(), c.params.clone());
+        tokio::task::spawn_blocking(move || start::validate(&params, &env_context(&shared)))
+            .await
+            .unwrap_or_else(|e| Err(RpcError::internal(format!("validation failed: {e}"))))
+    } else {
+        start::validate(&c.params, &env_context(shared))
     };
-    let started = start::validate(&c.params, &context).and_then(|spec| {
+    let started = validated.and_then(|spec| {
         c.session
             .start(&spec, &shared.env, &shared.reaper, shared.max_processes)
             .map(|(process, started)| (spec, process, started))
@@ -49,6 +54,16 @@ pub async fn start(c: Call) -> Reply {
                 })),
             }
         }
+    }
+}
+
+/// What validating a start needs from the server.
+fn env_context(shared: &Shared) -> EnvContext<'_> {
+    EnvContext {
+        base: shared.env.base(),
+        allow_secret_env: shared.allow_secret_env,
+        run_id: shared.env.run_id(),
+        policy: shared.env.policy_base(),
     }
 }
 

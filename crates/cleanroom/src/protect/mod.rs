@@ -445,6 +445,12 @@ impl Protection {
         self.sandbox.as_ref().and_then(Sandbox::child_hook)
     }
 
+    /// The compiled policy, if anything is enforced (see [`Sandbox::within`] for a command
+    /// with a policy of its own that belongs to this one's cleanroom).
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
+    }
+
     /// This policy with its namespaces set up once and shared by every command it is installed
     /// on (see [`Sandbox::established`]): for a spawner whose commands form one cleanroom, such
     /// as the exec-server's environment, they share one private `/dev/shm`.

@@ -212,7 +212,7 @@ pub struct SandboxStatus {
 pub struct Sandbox {
     status: SandboxStatus,
     /// Shared with every hook, so the descriptors it holds stay open as long as one may run.
-    plan: Arc<Steps>,
+    plan: Steps,
 }
 
 impl Sandbox {
@@ -287,7 +287,7 @@ impl Sandbox {
         if self.plan.is_empty() {
             return None;
         }
-        let plan = Arc::clone(&self.plan);
+        let plan = self.plan.clone();
         Some(move || plan.apply())
     }
 
@@ -297,23 +297,64 @@ impl Sandbox {
     /// waits for an RCU grace period. For a long-lived spawner whose processes form one
     /// cleanroom (the exec-server's environment): they all share the mounts, a private
     /// `/dev/shm` included, which live until the returned sandbox and every process that
-    /// joined them are gone. The status is unchanged: the same policy is enforced. Its commands
-    /// must run as this process's user: a child that changed its identity before the hook has no
-    /// right to enter namespaces made by another.
+    /// joined them are gone. A process running as uid 0 could change a shared namespace for
+    /// every other, so each drops `CAP_SYS_ADMIN` (and `CAP_NET_ADMIN` with a shared network
+    /// namespace) from its bounding set (in the status). The commands must run as this
+    /// process's user: a child that changed its identity before the hook has no right to enter
+    /// namespaces made by another. Call it before anything in the process reaps children with
+    /// `waitpid(-1)`: a holder process is forked and reaped here.
     ///
-    /// Errors: [`Error::Io`] when the namespaces cannot be set up or opened (the kernel refused
-    /// what [`Sandbox::compile`] probed, or procfs is not mounted).
+    /// Errors: [`Error::Unsupported`] for a policy whose narrowings are read-only or hidden
+    /// mounts (made once, a mount would stay on whatever the path was then, not on what the
+    /// host puts there later); [`Error::Sys`] when the namespaces cannot be set up or opened.
     pub fn established(&self) -> Result<Sandbox> {
-        let plan = match &*self.plan {
-            Steps::Own(plan) => Arc::new(Steps::Join(linux::shared::establish(plan).map_err(
-                |e| Error::sys("set up the sandbox's shared namespaces and ruleset", e),
-            )?)),
-            Steps::Join(_) => Arc::clone(&self.plan),
+        let plan = match &self.plan {
+            Steps::Own(plan) if plan.protective_mounts => {
+                return Err(Error::Unsupported {
+                    what: "an established sandbox with paths narrowed by mounts",
+                    reason: "mounts made once would not follow a path the host replaces later"
+                        .into(),
+                })
+            }
+            Steps::Own(plan) => {
+                Steps::Join(Arc::new(linux::shared::establish(plan).map_err(|e| {
+                    Error::sys("set up the sandbox's shared namespaces and ruleset", e)
+                })?))
+            }
+            Steps::Join(_) | Steps::Within { .. } => self.plan.clone(),
         };
-        Ok(Sandbox {
-            status: self.status.clone(),
-            plan,
-        })
+        Ok(self.with_plan(plan))
+    }
+
+    /// This sandbox inside `outer`, an established sandbox ([`Sandbox::established`]): its
+    /// hook joins `outer`'s namespaces, then sets up this sandbox's own within them and
+    /// restricts itself with this sandbox's rules alone (intersect the policies first when
+    /// `outer`'s must hold too). The process belongs to `outer`'s cleanroom: it sees its
+    /// private `/dev/shm`, not the host's. Anything else for `outer` returns this sandbox
+    /// unchanged.
+    pub fn within(&self, outer: &Sandbox) -> Sandbox {
+        match (&self.plan, &outer.plan) {
+            (Steps::Own(inner), Steps::Join(outer)) => self.with_plan(Steps::Within {
+                outer: Arc::clone(outer),
+                inner: Arc::clone(inner),
+            }),
+            _ => self.with_plan(self.plan.clone()),
+        }
+    }
+
+    /// This sandbox's status with `plan`, whose dropped capabilities it reports.
+    fn with_plan(&self, plan: Steps) -> Sandbox {
+        let mut status = self.status.clone();
+        let drops = plan.drops();
+        status.dropped_capabilities = [
+            (drops.net_admin, "CAP_NET_ADMIN"),
+            (drops.sys_admin, "CAP_SYS_ADMIN"),
+        ]
+        .into_iter()
+        .filter(|(dropped, _)| *dropped)
+        .map(|(_, name)| name.to_string())
+        .collect();
+        Sandbox { status, plan }
     }
 }
 
@@ -590,7 +631,7 @@ impl Builder {
         tracing::debug!(?plan, "sandbox compiled");
         Ok(Sandbox {
             status: self.status,
-            plan: Arc::new(Steps::Own(plan)),
+            plan: Steps::Own(Arc::new(plan)),
         })
     }
 }

@@ -13,8 +13,10 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 
-/// `CAP_SYS_ADMIN` from `<linux/capability.h>`.
+/// `CAP_NET_ADMIN` and `CAP_SYS_ADMIN` from `<linux/capability.h>`.
+const CAP_NET_ADMIN: libc::c_int = 12;
 const CAP_SYS_ADMIN: libc::c_int = 21;
 /// `AT_RECURSIVE` from `<linux/fcntl.h>`.
 const AT_RECURSIVE: libc::c_uint = 0x8000;
@@ -116,13 +118,32 @@ impl ChildPlan {
     }
 }
 
-/// What a sandboxed child does: set up a sandbox of its own, or join shared namespaces.
-#[derive(Debug)]
+/// What a sandboxed child does.
+#[derive(Clone, Debug)]
 pub(crate) enum Steps {
-    /// Its own namespaces, mounts and ruleset ([`apply`]).
-    Own(ChildPlan),
-    /// Namespaces a holder set up and a ruleset built outside ([`join`]).
-    Join(JoinPlan),
+    /// Sets up namespaces, mounts and a ruleset of its own.
+    Own(Arc<ChildPlan>),
+    /// Joins namespaces a holder set up ([`super::shared`]) and restricts itself with the
+    /// ruleset built there.
+    Join(Arc<JoinPlan>),
+    /// Joins `outer`'s namespaces (not its ruleset), then sets `inner` up inside them: a
+    /// process with a policy of its own that still belongs to `outer`'s cleanroom (it sees its
+    /// `/dev/shm`).
+    Within {
+        outer: Arc<JoinPlan>,
+        inner: Arc<ChildPlan>,
+    },
+}
+
+/// Capabilities a child drops from its bounding set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Drops {
+    /// `CAP_SYS_ADMIN`: its mounts carry protection, or it shares a mount namespace, which a
+    /// process running as uid 0 could otherwise change for every other (`mount_setattr`,
+    /// `open_tree`: Landlock refuses `mount` and `umount`, not these).
+    pub sys_admin: bool,
+    /// `CAP_NET_ADMIN`: it shares a network namespace.
+    pub net_admin: bool,
 }
 
 impl Steps {
@@ -130,35 +151,57 @@ impl Steps {
     pub fn is_empty(&self) -> bool {
         match self {
             Steps::Own(plan) => plan.is_empty(),
-            Steps::Join(plan) => plan.is_empty(),
+            Steps::Join(plan) => plan.namespaces.is_empty() && plan.ruleset.is_none(),
+            Steps::Within { .. } => false,
         }
     }
 
-    /// Applies the steps to the calling process. Runs after fork: raw system calls only.
+    /// What the child drops from its bounding set.
+    pub fn drops(&self) -> Drops {
+        match self {
+            Steps::Own(plan) => Drops {
+                sys_admin: plan.protective_mounts,
+                net_admin: false,
+            },
+            Steps::Join(plan) => plan.shared(),
+            Steps::Within { outer, inner } => {
+                let shared = outer.shared();
+                Drops {
+                    sys_admin: inner.protective_mounts || (shared.sys_admin && !inner.mount_ns),
+                    net_admin: shared.net_admin && !inner.net_ns,
+                }
+            }
+        }
+    }
+
+    /// Applies the steps to the calling process: namespaces, then mounts, then capabilities,
+    /// then Landlock. Runs after fork: raw system calls only.
     pub fn apply(&self) -> io::Result<()> {
         match self {
-            Steps::Own(plan) => apply(plan),
-            Steps::Join(plan) => join(plan),
+            Steps::Own(plan) => enter(plan)?,
+            Steps::Join(plan) => join(plan)?,
+            Steps::Within { outer, inner } => {
+                join(outer)?;
+                enter(inner)?;
+            }
+        }
+        drop_capabilities(self.drops())?;
+        match self {
+            Steps::Own(plan) | Steps::Within { inner: plan, .. } => match &plan.landlock {
+                Some(landlock) => enforce(&build_ruleset(landlock, &open_path)?),
+                None => Ok(()),
+            },
+            Steps::Join(plan) => match &plan.ruleset {
+                Some(ruleset) => enforce(ruleset),
+                None => Ok(()),
+            },
         }
     }
 }
 
-/// Applies `plan` to the calling process. Runs after fork: raw system calls only.
-fn apply(plan: &ChildPlan) -> io::Result<()> {
-    enter(plan)?;
-    if plan.protective_mounts {
-        drop_sys_admin()?;
-    }
-    if let Some(landlock) = &plan.landlock {
-        let ruleset = build_ruleset(landlock, &open_path)?;
-        enforce(&ruleset)?;
-    }
-    Ok(())
-}
-
-/// Enters the namespaces of `plan` and makes its mounts: what [`apply`] does before it drops
-/// capabilities and restricts itself, and all a holder of shared namespaces does
-/// ([`super::shared`]).
+/// Enters the namespaces of `plan` and makes its mounts: what a child with its own sandbox does
+/// before it drops capabilities and restricts itself, and all a holder of shared namespaces
+/// does ([`super::shared`]).
 pub(crate) fn enter(plan: &ChildPlan) -> io::Result<()> {
     if plan.mount_ns || plan.net_ns {
         let mut flags = 0;
@@ -191,28 +234,26 @@ pub(crate) struct JoinPlan {
     /// Namespace descriptors with their `setns` type, in the order they are entered (a user
     /// namespace first: it gives the right to enter the others).
     pub namespaces: Vec<(OwnedFd, libc::c_int)>,
-    /// As [`ChildPlan::protective_mounts`].
-    pub protective_mounts: bool,
     /// The Landlock ruleset to restrict the child with.
     pub ruleset: Option<OwnedFd>,
 }
 
 impl JoinPlan {
-    /// Whether the child has anything to do.
-    pub fn is_empty(&self) -> bool {
-        self.namespaces.is_empty() && self.ruleset.is_none()
+    /// The capabilities a child sharing these namespaces must not keep.
+    fn shared(&self) -> Drops {
+        let has = |kind| self.namespaces.iter().any(|&(_, k)| k == kind);
+        Drops {
+            sys_admin: has(libc::CLONE_NEWNS),
+            net_admin: has(libc::CLONE_NEWNET),
+        }
     }
 }
 
-/// Applies `plan` to the calling process: joins its namespaces (the working directory is
-/// re-entered by its path in the joined mount namespace, which resets it to its root), drops
-/// what could undo the mounts, restricts itself. Runs after fork: raw system calls only.
+/// Joins the namespaces of `plan`; the working directory is re-entered by its path in the
+/// joined mount namespace (entering one resets it to its root). Raw system calls only.
 fn join(plan: &JoinPlan) -> io::Result<()> {
     let mut cwd = [0u8; CWD_MAX];
-    let mount_ns = plan
-        .namespaces
-        .iter()
-        .any(|&(_, kind)| kind == libc::CLONE_NEWNS);
+    let mount_ns = plan.shared().sys_admin;
     // SAFETY: `cwd` is a writable buffer of the given length; getcwd with a buffer does not
     // allocate.
     if mount_ns && unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
@@ -228,24 +269,23 @@ fn join(plan: &JoinPlan) -> io::Result<()> {
     if mount_ns && unsafe { libc::chdir(cwd.as_ptr().cast()) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    if plan.protective_mounts {
-        drop_sys_admin()?;
-    }
-    match &plan.ruleset {
-        Some(ruleset) => enforce(ruleset),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
-/// Drops `CAP_SYS_ADMIN` from the bounding set, so a process running as uid 0 cannot clear the
-/// read-only flag of protective mounts (`mount_setattr`) or clone the tree below them
-/// (`open_tree`), which Landlock does not stop.
-fn drop_sys_admin() -> io::Result<()> {
-    // SAFETY: prctl with PR_CAPBSET_DROP takes integer arguments only.
-    let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) };
-    // SAFETY: geteuid takes no arguments.
-    if rc != 0 && unsafe { libc::geteuid() } == 0 {
-        return Err(io::Error::last_os_error());
+/// Drops `drops` from the bounding set (a process running as uid 0 has them until exec).
+/// Only a process running as uid 0 fails on a refusal: an ordinary user's command gets no
+/// capability at exec anyway.
+fn drop_capabilities(drops: Drops) -> io::Result<()> {
+    for (drop, capability) in [
+        (drops.sys_admin, CAP_SYS_ADMIN),
+        (drops.net_admin, CAP_NET_ADMIN),
+    ] {
+        // SAFETY: prctl with PR_CAPBSET_DROP takes integer arguments only.
+        let rc = drop.then(|| unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) });
+        // SAFETY: geteuid takes no arguments.
+        if rc.is_some_and(|rc| rc != 0) && unsafe { libc::geteuid() } == 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
     Ok(())
 }
@@ -512,7 +552,8 @@ fn reenter_cwd() -> io::Result<()> {
 
 /// Enters new namespaces (`flags`: `CLONE_NEWNS` and/or `CLONE_NEWNET`).
 ///
-/// As root a plain `unshare` is used. Otherwise (or if that is refused) a user namespace is
+/// A plain `unshare` is tried first (it works as root, and for a process that joined a shared
+/// user namespace, where it has every capability). Where it is refused a user namespace is
 /// created with them, mapping the caller's own uid and gid to themselves, so the command keeps
 /// its identity and gains no privilege outside (its capabilities in the new user namespace are
 /// dropped at exec because its uid is not 0 there). Files of other owners then show as the
@@ -521,7 +562,7 @@ fn enter_namespaces(flags: libc::c_int) -> io::Result<()> {
     // SAFETY: geteuid/getegid/unshare take and return integers only.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     // SAFETY: as above.
-    if euid == 0 && unsafe { libc::unshare(flags) } == 0 {
+    if unsafe { libc::unshare(flags) } == 0 {
         return Ok(());
     }
     // SAFETY: as above.
@@ -624,7 +665,7 @@ pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
         landlock: None,
     };
     let result = (|| {
-        apply(&plan)?;
+        enter(&plan)?;
         if mount_ns {
             mount_private_tmpfs(c"/dev/shm")?;
         }

@@ -6,7 +6,8 @@
 //!
 //! Invariant: the holder runs only async-signal-safe code (the parent may be multi-threaded)
 //! and exits as soon as the parent's end of the release pipe closes, whatever becomes of the
-//! parent; the parent reaps exactly that pid, on success and on failure.
+//! parent; the parent reaps exactly that pid, on success and on failure (so nothing else in the
+//! process may reap children with `waitpid(-1)` meanwhile).
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -56,8 +57,14 @@ unsafe fn hold(plan: &ChildPlan, ready: RawFd, release: &OwnedFd, release_write:
     // SAFETY: `bytes` is a valid buffer of its length; `ready` is open.
     unsafe { libc::write(ready, bytes.as_ptr().cast(), bytes.len()) };
     let mut byte = 0u8;
-    // SAFETY: one byte into a local; returns on EOF (or an error) when the parent lets go.
-    while unsafe { libc::read(release.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) } > 0 {}
+    loop {
+        // SAFETY: one byte into a local; EOF comes when the parent lets go (or dies).
+        let got = unsafe { libc::read(release.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) };
+        // SAFETY: reads this thread's errno.
+        if got == 0 || (got < 0 && unsafe { *libc::__errno_location() } != libc::EINTR) {
+            break;
+        }
+    }
     // SAFETY: terminates the holder without running atexit handlers or destructors.
     unsafe { libc::_exit(0) }
 }
@@ -92,7 +99,6 @@ fn open_joined(plan: &ChildPlan, holder: Option<libc::pid_t>) -> io::Result<Join
     };
     Ok(JoinPlan {
         namespaces,
-        protective_mounts: plan.protective_mounts,
         ruleset,
     })
 }
