@@ -94,15 +94,13 @@ impl Environment {
             },
         )?;
         let child = cleanroom::env::build(&host, root.layout(), root.path(), &run_id, &env_options);
-        // Established: every process joins the same namespaces (one private `/dev/shm` for the
-        // whole environment) instead of making its own.
         let protection = Protection::prepare(&ProtectionRequest::new(
             options.protect,
             &child,
             root.path(),
             &options.cwd,
         ))
-        .and_then(Protection::established);
+        .and_then(established);
         let protection = match protection {
             Ok(protection) => protection,
             Err(e) => {
@@ -292,6 +290,21 @@ fn pinned_base(all: BTreeMap<String, String>, layout: &Layout) -> BaseEnv {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     BaseEnv { all, pinned }
+}
+
+/// `protection` established: every process joins the same namespaces (one private `/dev/shm`
+/// for the whole environment) instead of making its own. A policy that cannot be established
+/// (`strict` with the root inside the host's `/dev/shm` narrows there by mounts) stays as it
+/// is: each process then gets namespaces, and a `/dev/shm`, of its own.
+fn established(protection: Protection) -> cleanroom::Result<Protection> {
+    match protection.established() {
+        Ok(shared) => Ok(shared),
+        Err(cleanroom::Error::Unsupported { what, reason }) => {
+            tracing::info!("each process gets namespaces of its own: {what}: {reason}");
+            Ok(protection)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The rules `protection` enforces (canonical paths; none when it is off or not enforced).

@@ -452,14 +452,19 @@ impl Protection {
     }
 
     /// This policy with its namespaces set up once and shared by every command it is installed
-    /// on (see [`Sandbox::established`]): for a spawner whose commands form one cleanroom, such
-    /// as the exec-server's environment, they share one private `/dev/shm`.
-    pub fn established(self) -> Result<Protection> {
+    /// on (see [`Sandbox::established`], whose errors it returns): for a spawner whose commands
+    /// form one cleanroom, such as the exec-server's environment, they share one private
+    /// `/dev/shm`.
+    pub fn established(&self) -> Result<Protection> {
         let sandbox = match &self.sandbox {
             Some(sandbox) => Some(sandbox.established()?),
             None => None,
         };
-        Ok(Protection { sandbox, ..self })
+        Ok(Protection {
+            status: self.status.clone(),
+            sandbox,
+            nested_state_dir: self.nested_state_dir.clone(),
+        })
     }
 }
 
