@@ -120,6 +120,16 @@ fn everyone() -> Vec<Who> {
     }
 }
 
+/// Everything readable, the workspace writable, its `.git` read-only (a narrowing).
+fn git_policy(tree: &Tree) -> Policy {
+    let mut policy = Policy::new();
+    policy
+        .rule("/", Access::Read, "everything readable")
+        .rule(tree.path("work"), Access::Write, "the workspace")
+        .rule(tree.path("work/.git"), Access::Read, "git metadata");
+    policy
+}
+
 fn compile(policy: &Policy) -> Sandbox {
     Sandbox::compile(policy).expect("compile the policy")
 }
@@ -270,11 +280,7 @@ try undo:clone-root clone_root
 #[test]
 fn a_child_cannot_write_git_inside_a_writable_cwd_nor_undo_the_mount() {
     let tree = Tree::new();
-    let mut policy = Policy::new();
-    policy
-        .rule("/", Access::Read, "everything readable")
-        .rule(tree.path("work"), Access::Write, "the workspace")
-        .rule(tree.path("work/.git"), Access::Read, "git metadata");
+    let policy = git_policy(&tree);
     let sandbox = compile(&policy);
     let status = sandbox.status();
     assert_eq!(
@@ -417,13 +423,9 @@ fn a_private_dev_shm_is_empty_writable_and_gone_with_the_child() {
 fn an_established_sandbox_shares_its_dev_shm_and_no_child_can_change_it_for_the_next() {
     let tree = Tree::new();
     let marker = format!("cleanroom-established-{}", std::process::id());
-    let mut policy = Policy::new();
+    let mut policy = git_policy(&tree);
     policy.private_dev_shm = true;
     policy.narrowing = Narrowing::Cover;
-    policy
-        .rule("/", Access::Read, "everything readable")
-        .rule(tree.path("work"), Access::Write, "the workspace")
-        .rule(tree.path("work/.git"), Access::Read, "git metadata");
     let sandbox = compile(&policy)
         .established()
         .expect("establish the sandbox");
@@ -475,11 +477,7 @@ fn an_established_sandbox_shares_its_dev_shm_and_no_child_can_change_it_for_the_
 #[test]
 fn a_sandbox_narrowed_by_mounts_is_not_established() {
     let tree = Tree::new();
-    let mut policy = Policy::new();
-    policy
-        .rule("/", Access::Read, "everything readable")
-        .rule(tree.path("work"), Access::Write, "the workspace")
-        .rule(tree.path("work/.git"), Access::Read, "git metadata");
+    let policy = git_policy(&tree);
     let sandbox = compile(&policy);
     assert_eq!(
         rule_of(&sandbox, &tree.path("work/.git")).enforced_by,
