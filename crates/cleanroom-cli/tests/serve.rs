@@ -1507,6 +1507,21 @@ async fn strict_protection_keeps_every_process_writing_inside_the_root_and_cwd()
             "Landlock does not fully enforce here: protection reported as {protection}"
         ));
     }
+    // With the root inside the host's /dev/shm, `strict` narrows there by mounts, so its
+    // namespaces are not shared: a process under a managed policy still gets a private
+    // /dev/shm of its own, never the host's.
+    let name = format!("cleanroom-strict-{}", std::process::id());
+    let everything = json!({"permissions": {"type": "managed", "network": "enabled",
+        "file_system": {"type": "restricted", "entries": [
+            {"access": "write", "path": {"type": "special", "value": {"kind": "root"}}}]}}});
+    let script = format!("echo m > /dev/shm/{name} && cat /dev/shm/{name}");
+    c.start("m", &["sh", "-c", &script], json!({"sandbox": everything}))
+        .await;
+    assert_eq!(output_of(&c.until_closed("m").await), "m\n");
+    assert!(
+        !Path::new("/dev/shm").join(&name).exists(),
+        "written to the host's /dev/shm"
+    );
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }

@@ -237,7 +237,27 @@ fn mount_ns_of(pid: &str) -> Option<u64> {
 /// Makes the mount at `/dev/shm` read-only with `mount_setattr` (Landlock refuses `mount`, not
 /// this; a process running as uid 0 needs `CAP_SYS_ADMIN` for it); says `setattr:ok` or
 /// `setattr:refused`.
-const MAKE_DEV_SHM_READ_ONLY: &str = r#"perl -e 'my ($path, $attr) = ("/dev/shm", pack("QQQQ", 1, 0, 0, 0)); syscall(442, -100, $path, 0x8000, $attr, 32) == 0 or exit 1' && echo setattr:ok || echo setattr:refused"#;
+const MAKE_DEV_SHM_READ_ONLY: &str = r#"perl -e 'my ($path, $attr) = ("/dev/shm", pack("QQQQ", 1, 0, 0, 0)); syscall(442, -100, $path, 0x8000, $attr, 32) == 0 or die "$!\n"' 2>&1 && echo setattr:ok || echo setattr:refused"#;
+
+/// The bounding set of the process that printed `grep CapBnd /proc/self/status`.
+fn bounding_set(out: &str) -> u64 {
+    let line = out.lines().find(|l| l.starts_with("CapBnd")).unwrap();
+    u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+}
+
+/// What a process that tried [`MAKE_DEV_SHM_READ_ONLY`] and printed its bounding set shows: the
+/// kernel refused it (EPERM, so the helper did make the call) and `CAP_SYS_ADMIN` is gone.
+fn assert_cannot_remount(out: &str) {
+    assert!(
+        out.contains("Operation not permitted\nsetattr:refused"),
+        "{out}"
+    );
+    assert_eq!(
+        bounding_set(out) & (1 << 21),
+        0,
+        "CAP_SYS_ADMIN kept: {out}"
+    );
+}
 
 /// What `server`'s processes see: a file one writes in `/dev/shm` is read by the next, on pipes,
 /// on a terminal and under managed policies (with and without namespaces of their own), all in
@@ -260,10 +280,7 @@ async fn assert_one_private_dev_shm(server: &Server) -> u64 {
         )
         .await;
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("setattr:refused"), "{out}");
-    let cap_bnd = out.lines().find(|l| l.starts_with("CapBnd")).unwrap();
-    let bits = u64::from_str_radix(cap_bnd.split_whitespace().nth(1).unwrap(), 16).unwrap();
-    assert_eq!(bits & (1 << 21), 0, "CAP_SYS_ADMIN kept: {cap_bnd}");
+    assert_cannot_remount(&out);
     let writer_ns: u64 = out.lines().last().unwrap().trim().parse().unwrap();
     let (_, out, code) = c
         .run(
@@ -295,10 +312,18 @@ async fn assert_one_private_dev_shm(server: &Server) -> u64 {
                 id,
                 &work,
                 everything,
-                &format!("cat /dev/shm/{name} && echo {next} > /dev/shm/{name}-{next}"),
+                &format!(
+                    "cat /dev/shm/{name} && echo {next} > /dev/shm/{name}-{next} && \
+                     {MAKE_DEV_SHM_READ_ONLY} && grep CapBnd /proc/self/status"
+                ),
             )
             .await;
-        assert_eq!((code, out.as_str()), (0, "shared\n"), "{id}");
+        assert_eq!(
+            (code, out.lines().next()),
+            (0, Some("shared")),
+            "{id}: {out}"
+        );
+        assert_cannot_remount(&out);
     }
     let (_, out, code) = c
         .run(

@@ -300,7 +300,9 @@ fn established(protection: Protection) -> cleanroom::Result<Protection> {
     match protection.established() {
         Ok(shared) => Ok(shared),
         Err(cleanroom::Error::Unsupported { what, reason }) => {
-            tracing::info!("each process gets namespaces of its own: {what}: {reason}");
+            tracing::warn!(
+                "each process gets namespaces, and a /dev/shm, of its own: {what}: {reason}"
+            );
             Ok(protection)
         }
         Err(e) => Err(e),
@@ -324,6 +326,7 @@ fn policy_base(protection: &Protection, tmp: &std::path::Path) -> policy::Base {
         rules,
         enforced,
         tmpdir: tmp.to_path_buf(),
+        shared_dev_shm: protection.shares_dev_shm(),
     }
 }
 

@@ -59,6 +59,9 @@ pub struct Base {
     pub enforced: bool,
     /// The environment's temp dir (`tmpdir` when the call has no TMPDIR of its own).
     pub tmpdir: PathBuf,
+    /// Whether the environment's processes share one private `/dev/shm`, which a process under
+    /// a managed policy joins; otherwise such a process gets one of its own (never the host's).
+    pub shared_dev_shm: bool,
 }
 
 /// Where a compiled policy is applied.
@@ -109,7 +112,13 @@ impl Confinement {
         let managed = match parse(sandbox, cwd, tmpdir)? {
             Some(managed) => {
                 let rules = intersect(&managed.rules, &base.rules);
-                Some(compile(rules, managed.network, Target::Process)?)
+                let own_dev_shm = !base.shared_dev_shm;
+                Some(compile(
+                    rules,
+                    managed.network,
+                    Target::Process,
+                    own_dev_shm,
+                )?)
             }
             None => None,
         };
@@ -180,7 +189,7 @@ pub fn for_fs_call(
     if reads && reads_everything(&rules) {
         return Ok(None);
     }
-    compile(rules, Network::Host, target).map(Some)
+    compile(rules, Network::Host, target, false).map(Some)
 }
 
 /// Whether `rules` let every path be read: `/` is readable and no rule is `none`.
@@ -480,15 +489,17 @@ fn rule(path: &str, access: Access, reason: &str) -> Resolved {
     }
 }
 
-/// Compiles `managed` intersected with the environment's rules for `target`.
 /// Compiles `rules` (already intersected with the environment's) for `target`; `network`
-/// applies to a process only (a thread or a forked fs child keeps the host's).
+/// applies to a process only (a thread or a forked fs child keeps the host's), as a private
+/// `/dev/shm` does (`private_dev_shm`).
 fn compile(
     rules: Vec<cleanroom::protect::Rule>,
     network: Network,
     target: Target,
+    private_dev_shm: bool,
 ) -> Result<Sandbox, RpcError> {
     let mut policy = Policy::new();
+    policy.private_dev_shm = private_dev_shm && target == Target::Process;
     policy.network = match target {
         Target::Process => network,
         Target::Thread | Target::Child => Network::Host,

@@ -451,6 +451,11 @@ impl Protection {
         self.sandbox.as_ref()
     }
 
+    /// Whether the commands it is installed on share one private `/dev/shm` (established).
+    pub fn shares_dev_shm(&self) -> bool {
+        self.sandbox.as_ref().is_some_and(Sandbox::shares_dev_shm)
+    }
+
     /// This policy with its namespaces set up once and shared by every command it is installed
     /// on (see [`Sandbox::established`], whose errors it returns): for a spawner whose commands
     /// form one cleanroom, such as the exec-server's environment, they share one private

@@ -342,6 +342,12 @@ impl Sandbox {
         }
     }
 
+    /// Whether this sandbox is established with a private `/dev/shm` its commands share.
+    pub fn shares_dev_shm(&self) -> bool {
+        matches!(&self.plan, Steps::Join(plan) if plan.shared().sys_admin)
+            && self.status.dev_shm == DevShm::Private
+    }
+
     /// This sandbox's status with `plan`, whose dropped capabilities it reports.
     fn with_plan(&self, plan: Steps) -> Sandbox {
         let mut status = self.status.clone();

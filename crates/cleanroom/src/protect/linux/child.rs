@@ -18,6 +18,9 @@ use std::sync::Arc;
 /// `CAP_NET_ADMIN` and `CAP_SYS_ADMIN` from `<linux/capability.h>`.
 const CAP_NET_ADMIN: libc::c_int = 12;
 const CAP_SYS_ADMIN: libc::c_int = 21;
+/// `PR_CAP_AMBIENT` and `PR_CAP_AMBIENT_CLEAR_ALL` from `<linux/prctl.h>`.
+const PR_CAP_AMBIENT: libc::c_int = 47;
+const PR_CAP_AMBIENT_CLEAR_ALL: libc::c_ulong = 4;
 /// `AT_RECURSIVE` from `<linux/fcntl.h>`.
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 /// `OPEN_TREE_CLONE` and `OPEN_TREE_CLOEXEC` from `<linux/mount.h>`.
@@ -166,8 +169,10 @@ impl Steps {
             Steps::Join(plan) => plan.shared(),
             Steps::Within { outer, inner } => {
                 let shared = outer.shared();
+                // A mount namespace of its own is a copy of the shared one: its mounts are its
+                // own, their superblocks (the shared `/dev/shm`'s tmpfs) are not.
                 Drops {
-                    sys_admin: inner.protective_mounts || (shared.sys_admin && !inner.mount_ns),
+                    sys_admin: inner.protective_mounts || shared.sys_admin,
                     net_admin: shared.net_admin && !inner.net_ns,
                 }
             }
@@ -178,11 +183,11 @@ impl Steps {
     /// then Landlock. Runs after fork: raw system calls only.
     pub fn apply(&self) -> io::Result<()> {
         match self {
-            Steps::Own(plan) => enter(plan)?,
+            Steps::Own(plan) => enter(plan, Privilege::AsRootOnly)?,
             Steps::Join(plan) => join(plan)?,
             Steps::Within { outer, inner } => {
                 join(outer)?;
-                enter(inner)?;
+                enter(inner, Privilege::InJoinedNamespace)?;
             }
         }
         drop_capabilities(self.drops())?;
@@ -199,10 +204,20 @@ impl Steps {
     }
 }
 
+/// Where a plain `unshare` may make new namespaces (see [`enter_namespaces`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Privilege {
+    /// Only as root; anyone else makes a user namespace with them.
+    AsRootOnly,
+    /// Inside a joined namespace set: as root, or in the user namespace joined (where the
+    /// process has every capability and a nested one is not needed).
+    InJoinedNamespace,
+}
+
 /// Enters the namespaces of `plan` and makes its mounts: what a child with its own sandbox does
 /// before it drops capabilities and restricts itself, and all a holder of shared namespaces
 /// does ([`super::shared`]).
-pub(crate) fn enter(plan: &ChildPlan) -> io::Result<()> {
+pub(crate) fn enter(plan: &ChildPlan, privilege: Privilege) -> io::Result<()> {
     if plan.mount_ns || plan.net_ns {
         let mut flags = 0;
         if plan.mount_ns {
@@ -211,7 +226,7 @@ pub(crate) fn enter(plan: &ChildPlan) -> io::Result<()> {
         if plan.net_ns {
             flags |= libc::CLONE_NEWNET;
         }
-        enter_namespaces(flags)?;
+        enter_namespaces(flags, privilege)?;
     }
     if plan.net_ns {
         loopback_up()?;
@@ -239,8 +254,9 @@ pub(crate) struct JoinPlan {
 }
 
 impl JoinPlan {
-    /// The capabilities a child sharing these namespaces must not keep.
-    fn shared(&self) -> Drops {
+    /// The capabilities a child sharing these namespaces must not keep (`sys_admin`: a mount
+    /// namespace is shared).
+    pub fn shared(&self) -> Drops {
         let has = |kind| self.namespaces.iter().any(|&(_, k)| k == kind);
         Drops {
             sys_admin: has(libc::CLONE_NEWNS),
@@ -276,6 +292,12 @@ fn join(plan: &JoinPlan) -> io::Result<()> {
 /// Only a process running as uid 0 fails on a refusal: an ordinary user's command gets no
 /// capability at exec anyway.
 fn drop_capabilities(drops: Drops) -> io::Result<()> {
+    if drops != Drops::default() {
+        // The bounding set does not limit the ambient set, which a non-root process keeps
+        // across exec. SAFETY: prctl with integer arguments only; a kernel without ambient
+        // capabilities (EINVAL) has nothing to clear.
+        unsafe { libc::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    }
     for (drop, capability) in [
         (drops.sys_admin, CAP_SYS_ADMIN),
         (drops.net_admin, CAP_NET_ADMIN),
@@ -552,17 +574,19 @@ fn reenter_cwd() -> io::Result<()> {
 
 /// Enters new namespaces (`flags`: `CLONE_NEWNS` and/or `CLONE_NEWNET`).
 ///
-/// A plain `unshare` is tried first (it works as root, and for a process that joined a shared
-/// user namespace, where it has every capability). Where it is refused a user namespace is
-/// created with them, mapping the caller's own uid and gid to themselves, so the command keeps
+/// As root (or, with [`Privilege::InJoinedNamespace`], in a joined user namespace, where the
+/// process has every capability) a plain `unshare` is used. Otherwise (or if that is refused) a
+/// user namespace is created with them, which also empties the ambient capability set a
+/// non-root caller may carry, mapping the caller's own uid and gid to themselves, so the command keeps
 /// its identity and gains no privilege outside (its capabilities in the new user namespace are
 /// dropped at exec because its uid is not 0 there). Files of other owners then show as the
 /// overflow uid (65534).
-fn enter_namespaces(flags: libc::c_int) -> io::Result<()> {
+fn enter_namespaces(flags: libc::c_int, privilege: Privilege) -> io::Result<()> {
     // SAFETY: geteuid/getegid/unshare take and return integers only.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let plain = euid == 0 || privilege == Privilege::InJoinedNamespace;
     // SAFETY: as above.
-    if unsafe { libc::unshare(flags) } == 0 {
+    if plain && unsafe { libc::unshare(flags) } == 0 {
         return Ok(());
     }
     // SAFETY: as above.
@@ -665,7 +689,7 @@ pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
         landlock: None,
     };
     let result = (|| {
-        enter(&plan)?;
+        enter(&plan, Privilege::AsRootOnly)?;
         if mount_ns {
             mount_private_tmpfs(c"/dev/shm")?;
         }

@@ -50,7 +50,7 @@ pub(crate) fn establish(plan: &ChildPlan) -> io::Result<JoinPlan> {
 unsafe fn hold(plan: &ChildPlan, ready: RawFd, release: &OwnedFd, release_write: &OwnedFd) -> ! {
     // SAFETY: the parent's write end; ours must close or the read below never sees EOF.
     unsafe { libc::close(release_write.as_raw_fd()) };
-    let errno = child::enter(plan)
+    let errno = child::enter(plan, child::Privilege::AsRootOnly)
         .err()
         .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO));
     let bytes = errno.to_ne_bytes();
