@@ -6,7 +6,7 @@
 //!    runs; `--gap-ms` pauses before each, untimed, as an agent's commands are spaced out);
 //! 2. throughput of streaming B bytes of child output (`/usr/bin/head -c B /dev/zero`) as
 //!    `process/output` notifications, K times (the median stream, with the CPU time the
-//!    server's own threads spent on it, from /proc/PID/stat);
+//!    server's own threads spent on it, from their /proc/PID/task/TID/schedstat);
 //! 3. unless `--no-baselines`, baselines in the same harness through tokio-tungstenite: the same
 //!    B bytes sent as raw binary frames of the server's chunk size, and as the very notification
 //!    text frames the server would send (the client parses and decodes them exactly as in 2),
@@ -527,20 +527,22 @@ async fn bench_server(o: &Options) -> Figures {
     }
 }
 
-/// User + system CPU time so far of process `pid`'s threads (/proc/PID/stat).
+/// CPU time so far of process `pid`'s live threads, to the nanosecond (the first field of each
+/// /proc/PID/task/TID/schedstat; /proc/PID/stat counts clock ticks, 10 ms here). The servers'
+/// threads live as long as they do.
 fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // The fields after the command name (which may hold spaces) in parentheses.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf(3) has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    Duration::from_micros(ticks * 1_000_000 / hz)
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let nanos = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .map(|stat| {
+            stat.split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    Duration::from_nanos(nanos)
 }
 
 /// Sends `bytes` in `frames` from an in-process tokio-tungstenite server; returns bytes/s as

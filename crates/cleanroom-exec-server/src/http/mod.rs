@@ -216,7 +216,7 @@ impl Streaming {
                 params["error"] = json!(error);
             }
             outlet
-                .send(protocol::notification("http/request/bodyDelta", params))
+                .send(protocol::notification("http/request/bodyDelta", params).into())
                 .await;
             if done {
                 return;

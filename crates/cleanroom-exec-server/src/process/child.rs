@@ -44,6 +44,7 @@ use super::reaper::{Members, Membership, Reaper, Scope, SESSION_ID_VAR};
 use super::spawn;
 use crate::envpolicy::EXEC_ID_VAR;
 use crate::protocol::{notification, RpcError};
+use crate::transport::Utf8Bytes;
 
 /// Newest bytes of output kept per process.
 pub const RETAIN_BYTES: usize = 1 << 20;
@@ -83,10 +84,23 @@ pub struct Spec {
     pub confinement: Arc<crate::policy::Confinement>,
 }
 
+/// One retained chunk of output: its `process/output` notification, the very bytes the
+/// connection's queue sends (shared, not copied), whose base64 chunk ends just before
+/// [`OUTPUT_END`].
 struct Chunk {
     seq: u64,
     stream: StreamKind,
-    data: Vec<u8>,
+    /// The decoded length.
+    len: usize,
+    notification: Utf8Bytes,
+}
+
+impl Chunk {
+    /// The chunk's base64, cut out of its notification.
+    fn base64(&self) -> &str {
+        let end = self.notification.len() - OUTPUT_END.len();
+        &self.notification[end - BASE64.encoded_length(self.len)..end]
+    }
 }
 
 /// What the emitter has published.
@@ -112,11 +126,11 @@ impl State {
 
     /// Keeps `chunk`, dropping the oldest chunks beyond [`RETAIN_BYTES`] or [`RETAIN_CHUNKS`].
     fn retain(&mut self, chunk: Chunk) {
-        self.bytes += chunk.data.len();
+        self.bytes += chunk.len;
         self.chunks.push_back(chunk);
         while self.bytes > RETAIN_BYTES || self.chunks.len() > RETAIN_CHUNKS {
             match self.chunks.pop_front() {
-                Some(old) => self.bytes -= old.data.len(),
+                Some(old) => self.bytes -= old.len,
                 None => break,
             }
         }
@@ -668,10 +682,16 @@ impl Publisher {
     /// Publishes one chunk of output.
     pub(super) async fn output(&self, stream: StreamKind, data: &[u8]) {
         let id = &self.process.id;
-        let text = |seq| output_notification(id, seq, stream, data);
-        let retain = |state: &mut State, seq| {
-            let data = data.to_vec();
-            state.retain(Chunk { seq, stream, data });
+        let text = |seq| output_notification(id, seq, stream, data).into();
+        let retain = |state: &mut State, seq, notification: &Utf8Bytes| {
+            let len = data.len();
+            let notification = notification.clone();
+            state.retain(Chunk {
+                seq,
+                stream,
+                len,
+                notification,
+            });
         };
         self.publish(text, retain).await;
     }
@@ -679,24 +699,24 @@ impl Publisher {
     async fn publish_exit(&self, code: i32) {
         let id = &self.process.id;
         let params = json!({"processId": id, "exitCode": code, "sandboxDenied": false});
-        let text = |seq| status_notification("process/exited", params, seq);
-        self.publish(text, |state, _| state.exit_code = Some(code))
+        let text = |seq| status_notification("process/exited", params, seq).into();
+        self.publish(text, |state, _, _| state.exit_code = Some(code))
             .await;
     }
 
     async fn publish_closed(&self) {
         let params = json!({"processId": self.process.id});
-        let text = |seq| status_notification("process/closed", params, seq);
-        self.publish(text, |state, _| state.closed = true).await;
+        let text = |seq| status_notification("process/closed", params, seq).into();
+        self.publish(text, |state, _, _| state.closed = true).await;
     }
 
     /// Publishes one notification: under the turn, with the next seq, `text(seq)` is the
-    /// message and `change(state, seq)` what the process records of it (with the seq's
+    /// message and `change(state, seq, text)` what the process records of it (with the seq's
     /// increment, under one lock); long-polls are woken, then the message is queued.
     async fn publish(
         &self,
-        text: impl FnOnce(u64) -> String,
-        change: impl FnOnce(&mut State, u64),
+        text: impl FnOnce(u64) -> Utf8Bytes,
+        change: impl FnOnce(&mut State, u64, &Utf8Bytes),
     ) {
         let _turn = self.turn.lock().await;
         let process = &*self.process;
@@ -706,7 +726,7 @@ impl Publisher {
         {
             let mut state = process.lock();
             state.next_seq += 1;
-            change(&mut state, seq);
+            change(&mut state, seq, &text);
         }
         process.events.send_replace(());
         process.outlet.send(text).await;
@@ -736,6 +756,7 @@ async fn write_pipe(pipe: &mut pipe::Sender, data: &[u8]) -> std::io::Result<()>
 /// The `process/output` notification of one chunk, written by hand: the chunk is the bulk of
 /// the bytes, and base64 needs no escaping, so it is encoded (SIMD) straight into the message,
 /// allocated at its final size (no `Value`, no escaping scan, no intermediate string, no growth).
+/// The chunk is last: it ends just before [`OUTPUT_END`] (see [`Chunk::base64`]).
 fn output_notification(id: &str, seq: u64, stream: StreamKind, data: &[u8]) -> String {
     const FRAME: &str = r#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":,"seq":,"stream":"","chunk":""}}"#;
     let id = Value::from(id).to_string();
@@ -750,10 +771,13 @@ fn output_notification(id: &str, seq: u64, stream: StreamKind, data: &[u8]) -> S
         stream.name()
     );
     BASE64.encode_append(data, &mut text);
-    text.push_str(r#""}}"#);
+    text.push_str(OUTPUT_END);
     debug_assert!(text.len() <= size);
     text
 }
+
+/// What follows the chunk in a `process/output` notification.
+const OUTPUT_END: &str = r#""}}"#;
 
 /// See [`Process::hold_exit`].
 pub struct ExitHold(Arc<Process>);
@@ -772,15 +796,15 @@ fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
     let mut chunks = Vec::new();
     let mut last = None;
     for chunk in state.chunks.iter().filter(|c| c.seq > after_seq) {
-        if !chunks.is_empty() && used.saturating_add(chunk.data.len()) > budget {
+        if !chunks.is_empty() && used.saturating_add(chunk.len) > budget {
             break;
         }
-        used += chunk.data.len();
+        used += chunk.len;
         last = Some(chunk.seq);
         chunks.push(json!({
             "seq": chunk.seq,
             "stream": chunk.stream.name(),
-            "chunk": BASE64.encode_to_string(&chunk.data),
+            "chunk": chunk.base64(),
         }));
         if used >= budget {
             break;
@@ -853,6 +877,14 @@ mod tests {
             assert_eq!(text, expected);
             // Allocated once, at its final size (a 20-digit seq is the widest).
             assert_eq!(text.capacity(), text.len());
+            // Retention finds the chunk in it.
+            let retained = Chunk {
+                seq: u64::MAX,
+                stream: StreamKind::Stderr,
+                len,
+                notification: text.into(),
+            };
+            assert_eq!(retained.base64(), chunk);
         }
     }
 
@@ -867,11 +899,12 @@ mod tests {
     fn retention_keeps_the_newest_50000_chunks() {
         let mut state = State::new();
         for seq in 1..=50_010 {
-            let data = vec![b'x'];
+            let notification = output_notification("p", seq, StreamKind::Stdout, b"x").into();
             state.retain(Chunk {
                 seq,
                 stream: StreamKind::Stdout,
-                data,
+                len: 1,
+                notification,
             });
         }
         assert_eq!(seqs(&state), (11, 50_010, 50_000));

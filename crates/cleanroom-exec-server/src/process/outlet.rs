@@ -8,7 +8,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use crate::transport::{Outbound, Sender};
+use crate::transport::{Outbound, Sender, Utf8Bytes};
 
 /// A session's current destination.
 #[derive(Debug, Default)]
@@ -25,7 +25,7 @@ struct Attachment {
 impl Outlet {
     /// Sends `text` to the attached connection, waiting while its queue is full; dropped when
     /// detached or when the connection is gone.
-    pub async fn send(&self, text: String) {
+    pub async fn send(&self, text: Utf8Bytes) {
         let queue = self.lock().queue.clone();
         if let Some(queue) = queue {
             let _ = queue.send(Outbound::Text(text)).await;

@@ -206,7 +206,7 @@ impl Connection {
     }
 
     async fn send(&self, text: String) {
-        let _ = self.queue.send(Outbound::Text(text)).await;
+        let _ = self.queue.send(Outbound::Text(text.into())).await;
     }
 }
 

@@ -20,6 +20,7 @@ mod websocket;
 
 pub use queue::Sender;
 pub use stdio::serve_stdio;
+pub use tokio_tungstenite::tungstenite::Utf8Bytes;
 pub use websocket::serve_websocket;
 
 /// Close codes the server sends (RFC 6455 §7.4).
@@ -39,8 +40,9 @@ pub mod close {
 /// One message for a connection's writer (closing is the transport's own business).
 #[derive(Debug)]
 pub enum Outbound {
-    /// A JSON-RPC message.
-    Text(String),
+    /// A JSON-RPC message: immutable text that clones without copying, so a process's retention
+    /// buffer and the queue hold the very same bytes, and the WebSocket frame is built from them.
+    Text(Utf8Bytes),
 }
 
 /// Limits every transport applies.

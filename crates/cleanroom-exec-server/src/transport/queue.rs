@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use super::Outbound;
+use super::{Outbound, Utf8Bytes};
 
 /// Messages queued per connection before senders wait.
 pub const QUEUE: usize = 64;
@@ -99,7 +99,7 @@ impl Queued {
 
     /// The message's text, and its bytes, which return to the budget when dropped: after the
     /// text has been written.
-    pub fn into_parts(self) -> (String, Written) {
+    pub fn into_parts(self) -> (Utf8Bytes, Written) {
         let Outbound::Text(text) = self.message;
         (text, Written { _bytes: self.bytes })
     }
@@ -118,7 +118,7 @@ mod tests {
     use super::*;
 
     fn message(len: usize) -> Outbound {
-        Outbound::Text("x".repeat(len))
+        Outbound::Text("x".repeat(len).into())
     }
 
     /// Whether `send` of a message of `len` bytes completes without waiting.

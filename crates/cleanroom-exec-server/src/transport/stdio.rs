@@ -67,7 +67,9 @@ pub async fn serve_stdio<S: Service>(
                     "message larger than {limit} bytes (--max-message-bytes)"
                 ));
                 let _ = queue
-                    .send(Outbound::Text(protocol::error_response(None, &error)))
+                    .send(Outbound::Text(
+                        protocol::error_response(None, &error).into(),
+                    ))
                     .await;
             } else if !line.iter().all(u8::is_ascii_whitespace) {
                 connection.handle(&line).await;

@@ -311,7 +311,7 @@ async fn write(
             while let Some(message) = next.take() {
                 let (text, written) = message.into_parts();
                 fed += text.len();
-                sink.feed(Message::text(text)).await?;
+                sink.feed(Message::Text(text)).await?;
                 drop(written);
                 if fed < BATCH_BYTES {
                     next = outbound.try_recv();
