@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use base64_simd::STANDARD as BASE64;
+use bytes::Bytes;
 use cleanroom::contain::Container;
 use cleanroom::process::ProcessId;
 use cleanroom::protect::Protection;
@@ -58,6 +59,8 @@ pub const MAX_WAIT: Duration = Duration::from_millis(30_000);
 const TERMINAL_DRAIN: Duration = Duration::from_millis(10);
 /// Capacity asked for the output pipes.
 const PIPE_SIZE: usize = 1 << 20;
+/// The smallest chunk whose retained base64 shares its notification's bytes (see [`Chunk`]).
+const SHARE_FROM: usize = 4096;
 /// Remembered `writeId`s per process.
 const WRITE_IDS: usize = 4096;
 
@@ -84,22 +87,39 @@ pub struct Spec {
     pub confinement: Arc<crate::policy::Confinement>,
 }
 
-/// One retained chunk of output: its `process/output` notification, the very bytes the
-/// connection's queue sends (shared, not copied), whose base64 chunk ends just before
-/// [`OUTPUT_END`].
+/// One retained chunk of output, with its base64 as `process/read` returns it.
 struct Chunk {
     seq: u64,
     stream: StreamKind,
     /// The decoded length.
     len: usize,
-    notification: Utf8Bytes,
+    /// A slice of the notification the connection's queue sends (shared, not copied); a chunk
+    /// under [`SHARE_FROM`] bytes keeps a copy of its own instead, so that tens of thousands of
+    /// small chunks do not each keep their notification's JSON.
+    base64: Bytes,
 }
 
 impl Chunk {
-    /// The chunk's base64, cut out of its notification.
+    /// Chunk `seq` of `len` bytes, published as `notification` (an [`output_notification`]:
+    /// its base64 ends just before [`OUTPUT_END`]).
+    fn published(seq: u64, stream: StreamKind, len: usize, notification: &Utf8Bytes) -> Chunk {
+        let end = notification.len() - OUTPUT_END.len();
+        let range = end - BASE64.encoded_length(len)..end;
+        let base64 = if len >= SHARE_FROM {
+            Bytes::from(notification.clone()).slice(range)
+        } else {
+            Bytes::copy_from_slice(&notification.as_bytes()[range])
+        };
+        Chunk {
+            seq,
+            stream,
+            len,
+            base64,
+        }
+    }
+
     fn base64(&self) -> &str {
-        let end = self.notification.len() - OUTPUT_END.len();
-        &self.notification[end - BASE64.encoded_length(self.len)..end]
+        std::str::from_utf8(&self.base64).expect("base64 is ASCII")
     }
 }
 
@@ -684,14 +704,7 @@ impl Publisher {
         let id = &self.process.id;
         let text = |seq| output_notification(id, seq, stream, data).into();
         let retain = |state: &mut State, seq, notification: &Utf8Bytes| {
-            let len = data.len();
-            let notification = notification.clone();
-            state.retain(Chunk {
-                seq,
-                stream,
-                len,
-                notification,
-            });
+            state.retain(Chunk::published(seq, stream, data.len(), notification));
         };
         self.publish(text, retain).await;
     }
@@ -867,7 +880,18 @@ mod tests {
     fn an_output_notification_is_the_pinned_json() {
         use base64::Engine as _;
         let id = "p\"1\\";
-        for len in [0, 1, 2, 3, 4, 5, 300, 256 * 1024] {
+        for len in [
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+            300,
+            SHARE_FROM - 1,
+            SHARE_FROM,
+            256 * 1024,
+        ] {
             let data: Vec<u8> = (0..len).map(|i| (i * 7 % 256) as u8).collect();
             let chunk = base64::engine::general_purpose::STANDARD.encode(&data);
             let expected = format!(
@@ -877,13 +901,8 @@ mod tests {
             assert_eq!(text, expected);
             // Allocated once, at its final size (a 20-digit seq is the widest).
             assert_eq!(text.capacity(), text.len());
-            // Retention finds the chunk in it.
-            let retained = Chunk {
-                seq: u64::MAX,
-                stream: StreamKind::Stderr,
-                len,
-                notification: text.into(),
-            };
+            // Retention finds the chunk in it, shared or copied.
+            let retained = Chunk::published(u64::MAX, StreamKind::Stderr, len, &text.into());
             assert_eq!(retained.base64(), chunk);
         }
     }
@@ -900,12 +919,7 @@ mod tests {
         let mut state = State::new();
         for seq in 1..=50_010 {
             let notification = output_notification("p", seq, StreamKind::Stdout, b"x").into();
-            state.retain(Chunk {
-                seq,
-                stream: StreamKind::Stdout,
-                len: 1,
-                notification,
-            });
+            state.retain(Chunk::published(seq, StreamKind::Stdout, 1, &notification));
         }
         assert_eq!(seqs(&state), (11, 50_010, 50_000));
         assert_eq!(state.bytes, 50_000);
