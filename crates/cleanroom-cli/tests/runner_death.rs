@@ -178,8 +178,10 @@ sleep 0.3
 /// runner through a pidfd as well), which kills the daemon.
 #[test]
 fn a_command_holding_the_runners_end_of_the_watchdog_channel_does_not_blind_it() {
-    let sandbox = Sandbox::new("hijack");
     for contain in ["cgroup", "session"] {
+        // A sandbox per rung: the first rung's ready files would let the second's wait return
+        // before its runner had even made its root.
+        let sandbox = Sandbox::new("hijack");
         let script = r#"setsid bash -c 'n=10
 for f in /proc/$1/fd/*; do
   case "$(readlink $f)" in pipe:*|socket:*) eval "exec $n>\"\$f\""; n=$((n + 1));; esac

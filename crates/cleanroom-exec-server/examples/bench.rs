@@ -6,7 +6,7 @@
 //!    runs; `--gap-ms` pauses before each, untimed, as an agent's commands are spaced out);
 //! 2. throughput of streaming B bytes of child output (`/usr/bin/head -c B /dev/zero`) as
 //!    `process/output` notifications, K times (the median stream, with the CPU time the
-//!    server's own threads spent on it, from their /proc/PID/task/TID/schedstat);
+//!    server's own threads spent on it, from its CPU-time clock);
 //! 3. unless `--no-baselines`, baselines in the same harness through tokio-tungstenite: the same
 //!    B bytes sent as raw binary frames of the server's chunk size, and as the very notification
 //!    text frames the server would send (the client parses and decodes them exactly as in 2),
@@ -527,22 +527,25 @@ async fn bench_server(o: &Options) -> Figures {
     }
 }
 
-/// CPU time so far of process `pid`'s live threads, to the nanosecond (the first field of each
-/// /proc/PID/task/TID/schedstat; /proc/PID/stat counts clock ticks, 10 ms here). The servers'
-/// threads live as long as they do.
+/// CPU time so far of process `pid`, all its threads, exited ones included, to the nanosecond
+/// (its CPU-time clock; /proc/PID/stat counts clock ticks, 10 ms here).
 fn cpu_time(pid: u32) -> Duration {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-    let nanos = tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .map(|stat| {
-            stat.split_whitespace()
-                .next()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-        })
-        .sum();
-    Duration::from_nanos(nanos)
+    let mut clock: libc::clockid_t = 0;
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both calls only write the out-parameters given, which live across the calls.
+    let read = unsafe {
+        libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0
+            && libc::clock_gettime(clock, &mut now) == 0
+    };
+    assert!(
+        read,
+        "CPU-time clock of process {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// Sends `bytes` in `frames` from an in-process tokio-tungstenite server; returns bytes/s as

@@ -47,7 +47,8 @@ use crate::envpolicy::EXEC_ID_VAR;
 use crate::protocol::{notification, RpcError};
 use crate::transport::Utf8Bytes;
 
-/// Newest bytes of output kept per process.
+/// Newest bytes of output kept per process (decoded bytes; they are kept as base64, so the
+/// memory they take is about 4/3 of this).
 pub const RETAIN_BYTES: usize = 1 << 20;
 /// Most chunks kept per process.
 pub const RETAIN_CHUNKS: usize = 50_000;
@@ -59,8 +60,10 @@ pub const MAX_WAIT: Duration = Duration::from_millis(30_000);
 const TERMINAL_DRAIN: Duration = Duration::from_millis(10);
 /// Capacity asked for the output pipes.
 const PIPE_SIZE: usize = 1 << 20;
-/// The smallest chunk whose retained base64 shares its notification's bytes (see [`Chunk`]).
-const SHARE_FROM: usize = 4096;
+/// A retained chunk shares its notification's bytes only when the rest of the notification
+/// (its JSON, the escaped process id among it) is at most this fraction of the base64: a
+/// retained chunk never keeps more than 1/16 more than its base64 alive (see [`Chunk`]).
+const SHARE_OVERHEAD_DIVISOR: usize = 16;
 /// Remembered `writeId`s per process.
 const WRITE_IDS: usize = 4096;
 
@@ -93,9 +96,10 @@ struct Chunk {
     stream: StreamKind,
     /// The decoded length.
     len: usize,
-    /// A slice of the notification the connection's queue sends (shared, not copied); a chunk
-    /// under [`SHARE_FROM`] bytes keeps a copy of its own instead, so that tens of thousands of
-    /// small chunks do not each keep their notification's JSON.
+    /// A slice of the notification the connection's queue sends (shared, not copied), or a copy
+    /// of its own where the rest of the notification is large beside it
+    /// ([`SHARE_OVERHEAD_DIVISOR`]): tens of thousands of small chunks do not each keep their
+    /// JSON, nor does a chunk keep a huge process id alive.
     base64: Bytes,
 }
 
@@ -103,9 +107,11 @@ impl Chunk {
     /// Chunk `seq` of `len` bytes, published as `notification` (an [`output_notification`]:
     /// its base64 ends just before [`OUTPUT_END`]).
     fn published(seq: u64, stream: StreamKind, len: usize, notification: &Utf8Bytes) -> Chunk {
+        debug_assert!(notification.ends_with(OUTPUT_END));
         let end = notification.len() - OUTPUT_END.len();
         let range = end - BASE64.encoded_length(len)..end;
-        let base64 = if len >= SHARE_FROM {
+        let rest = notification.len() - range.len();
+        let base64 = if rest <= range.len() / SHARE_OVERHEAD_DIVISOR {
             Bytes::from(notification.clone()).slice(range)
         } else {
             Bytes::copy_from_slice(&notification.as_bytes()[range])
@@ -769,7 +775,7 @@ async fn write_pipe(pipe: &mut pipe::Sender, data: &[u8]) -> std::io::Result<()>
 /// The `process/output` notification of one chunk, written by hand: the chunk is the bulk of
 /// the bytes, and base64 needs no escaping, so it is encoded (SIMD) straight into the message,
 /// allocated at its final size (no `Value`, no escaping scan, no intermediate string, no growth).
-/// The chunk is last: it ends just before [`OUTPUT_END`] (see [`Chunk::base64`]).
+/// The chunk is last: it ends just before [`OUTPUT_END`] (see [`Chunk::published`]).
 fn output_notification(id: &str, seq: u64, stream: StreamKind, data: &[u8]) -> String {
     const FRAME: &str = r#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":,"seq":,"stream":"","chunk":""}}"#;
     let id = Value::from(id).to_string();
@@ -880,18 +886,7 @@ mod tests {
     fn an_output_notification_is_the_pinned_json() {
         use base64::Engine as _;
         let id = "p\"1\\";
-        for len in [
-            0,
-            1,
-            2,
-            3,
-            4,
-            5,
-            300,
-            SHARE_FROM - 1,
-            SHARE_FROM,
-            256 * 1024,
-        ] {
+        for len in [0, 1, 2, 3, 4, 5, 300, 4096, 256 * 1024] {
             let data: Vec<u8> = (0..len).map(|i| (i * 7 % 256) as u8).collect();
             let chunk = base64::engine::general_purpose::STANDARD.encode(&data);
             let expected = format!(
@@ -905,6 +900,24 @@ mod tests {
             let retained = Chunk::published(u64::MAX, StreamKind::Stderr, len, &text.into());
             assert_eq!(retained.base64(), chunk);
         }
+    }
+
+    /// A retained chunk shares its notification only when the rest is small beside the base64:
+    /// a small chunk, or one under a long process id (6 bytes per escaped control character),
+    /// keeps a copy of its own.
+    #[test]
+    fn retention_shares_a_notification_only_when_its_json_is_small_beside_the_chunk() {
+        let shares = |id: &str, len: usize| {
+            let data = vec![0u8; len];
+            let notification = output_notification(id, 1, StreamKind::Stdout, &data).into();
+            let retained = Chunk::published(1, StreamKind::Stdout, len, &notification);
+            assert_eq!(retained.base64(), BASE64.encode_to_string(&data));
+            let within = notification.as_bytes().as_ptr_range();
+            within.contains(&retained.base64.as_ptr())
+        };
+        assert!(shares("p", 64 * 1024));
+        assert!(!shares("p", 100));
+        assert!(!shares(&"\u{1}".repeat(16 * 1024), 64 * 1024));
     }
 
     fn seqs(state: &State) -> (u64, u64, usize) {
