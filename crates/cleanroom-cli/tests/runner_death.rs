@@ -137,8 +137,13 @@ fn a_watchdog_the_command_stops_or_kills_is_reported_held_and_never_left_behind(
     let sandbox = Sandbox::new("wdlost");
     for (signal, why) in [("STOP", "stopped"), ("KILL", "killed")] {
         for contain in ["cgroup", "session"] {
+            // The watchdog writes its title after the fork, when it is scheduled: on a busy
+            // machine the command can start first.
             let script = format!(
-                r#"wd=$(pgrep -f "^cleanroom watchdog $CLEANROOM_RUN_ID")
+                r#"for i in $(seq 1 1000); do
+  wd=$(pgrep -f "^cleanroom watchdog $CLEANROOM_RUN_ID") && break
+  sleep 0.01
+done
 echo $wd > "$CRT_DIR/watchdog"
 kill -{signal} $wd
 sleep 0.3
