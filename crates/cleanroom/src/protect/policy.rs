@@ -344,13 +344,18 @@ impl Sandbox {
 
     /// Whether this sandbox is established with a private `/dev/shm` its commands share.
     pub fn shares_dev_shm(&self) -> bool {
-        matches!(&self.plan, Steps::Join(plan) if plan.shared().sys_admin)
+        matches!(&self.plan, Steps::Join(plan) if plan.joins(libc::CLONE_NEWNS))
             && self.status.dev_shm == DevShm::Private
     }
 
-    /// This sandbox's status with `plan`, whose dropped capabilities it reports.
+    /// This sandbox's status with `plan`.
     fn with_plan(&self, plan: Steps) -> Sandbox {
-        let mut status = self.status.clone();
+        Sandbox::new(self.status.clone(), plan)
+    }
+
+    /// A sandbox of `status` and `plan`; the status reports the capabilities the plan drops
+    /// (the one place they are derived).
+    fn new(mut status: SandboxStatus, plan: Steps) -> Sandbox {
         let drops = plan.drops();
         status.dropped_capabilities = [
             (drops.net_admin, "CAP_NET_ADMIN"),
@@ -372,6 +377,8 @@ struct Builder {
     slots: usize,
     mount_ns: bool,
     net_ns: bool,
+    /// Whether a mount carries protection (read-only or hidden), so `CAP_SYS_ADMIN` goes.
+    protective_mounts: bool,
     /// Landlock: the masks and the grants, opened; `None` when nothing is restricted.
     landlock: Option<(Rights, Vec<OpenGrant>)>,
 }
@@ -415,6 +422,7 @@ impl Builder {
             slots: 0,
             mount_ns: false,
             net_ns: isolate_net,
+            protective_mounts: false,
             landlock: None,
         }
     }
@@ -573,9 +581,7 @@ impl Builder {
                     MountStep::Expose { path, slot }
                 }
             });
-            if mount.kind != MountKind::Expose {
-                self.status.dropped_capabilities = vec!["CAP_SYS_ADMIN".into()];
-            }
+            self.protective_mounts |= mount.kind != MountKind::Expose;
         }
         Ok(steps)
     }
@@ -631,14 +637,11 @@ impl Builder {
             net_ns: self.net_ns,
             steps,
             slots: (0..self.slots).map(|_| AtomicI32::new(-1)).collect(),
-            protective_mounts: !self.status.dropped_capabilities.is_empty(),
+            protective_mounts: self.protective_mounts,
             landlock,
         };
         tracing::debug!(?plan, "sandbox compiled");
-        Ok(Sandbox {
-            status: self.status,
-            plan: Steps::Own(Arc::new(plan)),
-        })
+        Ok(Sandbox::new(self.status, Steps::Own(Arc::new(plan))))
     }
 }
 

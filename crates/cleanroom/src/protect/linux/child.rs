@@ -254,13 +254,16 @@ pub(crate) struct JoinPlan {
 }
 
 impl JoinPlan {
-    /// The capabilities a child sharing these namespaces must not keep (`sys_admin`: a mount
-    /// namespace is shared).
+    /// Whether the child joins a namespace of `kind` (`CLONE_NEWNS`, `CLONE_NEWNET`).
+    pub fn joins(&self, kind: libc::c_int) -> bool {
+        self.namespaces.iter().any(|&(_, k)| k == kind)
+    }
+
+    /// The capabilities a child sharing these namespaces must not keep.
     pub fn shared(&self) -> Drops {
-        let has = |kind| self.namespaces.iter().any(|&(_, k)| k == kind);
         Drops {
-            sys_admin: has(libc::CLONE_NEWNS),
-            net_admin: has(libc::CLONE_NEWNET),
+            sys_admin: self.joins(libc::CLONE_NEWNS),
+            net_admin: self.joins(libc::CLONE_NEWNET),
         }
     }
 }
@@ -269,7 +272,7 @@ impl JoinPlan {
 /// joined mount namespace (entering one resets it to its root). Raw system calls only.
 fn join(plan: &JoinPlan) -> io::Result<()> {
     let mut cwd = [0u8; CWD_MAX];
-    let mount_ns = plan.shared().sys_admin;
+    let mount_ns = plan.joins(libc::CLONE_NEWNS);
     // SAFETY: `cwd` is a writable buffer of the given length; getcwd with a buffer does not
     // allocate.
     if mount_ns && unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
@@ -298,14 +301,15 @@ fn drop_capabilities(drops: Drops) -> io::Result<()> {
         // capabilities (EINVAL) has nothing to clear.
         unsafe { libc::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
     }
-    for (drop, capability) in [
+    let dropped = [
         (drops.sys_admin, CAP_SYS_ADMIN),
         (drops.net_admin, CAP_NET_ADMIN),
-    ] {
-        // SAFETY: prctl with PR_CAPBSET_DROP takes integer arguments only.
-        let rc = drop.then(|| unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) });
-        // SAFETY: geteuid takes no arguments.
-        if rc.is_some_and(|rc| rc != 0) && unsafe { libc::geteuid() } == 0 {
+    ];
+    for (_, capability) in dropped.into_iter().filter(|&(drop, _)| drop) {
+        // SAFETY: prctl with PR_CAPBSET_DROP takes integer arguments only; geteuid takes none.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } != 0
+            && unsafe { libc::geteuid() } == 0
+        {
             return Err(io::Error::last_os_error());
         }
     }
