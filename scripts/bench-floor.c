@@ -9,9 +9,14 @@
  *   - a cgroup leaf made under the cgroup2 mount (skipped, and said on stderr, where it cannot be),
  *     CMD born in it (clone3 CLONE_INTO_CGROUP), `cgroup.events` read after, the leaf removed;
  *   - a watchdog process (forked) told `D` when the run is over, then reaped;
- *   - CMD in a process group of its own, a private mount namespace (`/` a slave, a fresh tmpfs on
- *     /dev/shm), no_new_privs and a Landlock ruleset with one rule per entry of `/` but the one
- *     holding $HOME (about as many rules as run's home cover here), built in the parent.
+ *   - CMD in a process group of its own, a private mount and IPC namespace (`/` a slave, a fresh
+ *     tmpfs on /dev/shm, the IPC namespace's mqueue filesystem mounted detached and granted), a
+ *     private /tmp and /var/tmp (an overlay of the host's with upper and work directories made in
+ *     the root when it holds entries, else a bind of an empty directory of the root; the namespace
+ *     kept the host's when it lies beneath, as the listening sockets and mounts there are looked
+ *     up in /proc), CAP_SYS_ADMIN dropped from the bounding set, no_new_privs and a Landlock
+ *     ruleset with one rule per entry of `/` but the one holding $HOME (about as many rules as
+ *     run's home cover here), built in the parent, and rules on the private mounts added after.
  * What a run does beyond that (its configuration, environment, lock, leak check, report) is not
  * here: `cleanroom run` can only be slower than this. Exit status: CMD's, or 125 on a failure.
  */
@@ -20,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/landlock.h>
+#include <linux/mount.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -86,15 +92,101 @@ static const char *cgroup2(void) {
     return NULL;
 }
 
-static void child(char **argv, int rules) {
+/* A private directory of the run: PATH (/tmp, /var/tmp) over UPPER (an overlay with WORK when
+ * the host's holds entries, else a bind). */
+struct private_dir {
+    const char *path;
+    char upper[4096], work[4096], options[12400];
+    int overlay;
+};
+
+/* Plans and makes the backing of PATH in the root DIR (at ROOT). */
+static void plan_private(struct private_dir *p, const char *path, int dir, const char *root,
+                         const char *name) {
+    p->path = path;
+    DIR *host = opendir(path);
+    struct dirent *entry;
+    p->overlay = 0;
+    while (host && (entry = readdir(host)))
+        if (strcmp(entry->d_name, ".") && strcmp(entry->d_name, "..")) p->overlay = 1;
+    if (host) closedir(host);
+    snprintf(p->upper, sizeof p->upper, "%s/%s", root, name);
+    snprintf(p->work, sizeof p->work, "%s/%s.work", root, name);
+    if (mkdirat(dir, name, 01777) || chmod(p->upper, 01777)) die("mkdir the private directory");
+    if (p->overlay && mkdir(p->work, 0700)) die("mkdir the overlay work directory");
+    snprintf(p->options, sizeof p->options, "lowerdir=%s,upperdir=%s,workdir=%s,volatile", path,
+             p->upper, p->work);
+}
+
+static void mount_private(struct private_dir *p) {
+    if (p->overlay ? mount("overlay", p->path, "overlay", MS_NOSUID | MS_NODEV, p->options)
+                   : mount(p->upper, p->path, NULL, MS_BIND, NULL))
+        die(p->path);
+}
+
+/* What the private /tmp looks up in the parent: the listening sockets and the mounts there. */
+static void discover(void) {
+    char buf[65536];
+    for (const char *file = "/proc/net/unix"; file; file = file[6] == 'n' ? "/proc/self/mountinfo" : 0) {
+        int fd = open(file, O_RDONLY | O_CLOEXEC);
+        while (fd >= 0 && read(fd, buf, sizeof buf) > 0) {}
+        if (fd >= 0) close(fd);
+    }
+}
+
+/* A Landlock write rule on the directory PATH (or the descriptor FD when PATH is NULL). */
+static void grant(int rules, const char *path, int fd) {
+    if (path) fd = open(path, O_PATH | O_CLOEXEC);
+    struct landlock_path_beneath_attr rule = {.allowed_access = WRITE_RIGHTS, .parent_fd = fd};
+    if (fd < 0 || syscall(SYS_landlock_add_rule, rules, LANDLOCK_RULE_PATH_BENEATH, &rule, 0))
+        die("landlock_add_rule on a private mount");
+    close(fd);
+}
+
+static void child(char **argv, int rules, const char *ns, struct private_dir *dirs) {
     setpgid(0, 0);
-    if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) ||
-        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"))
-        die("private mount namespace");
+    if (unshare(CLONE_NEWNS | CLONE_NEWIPC) || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL))
+        die("private mount and IPC namespace");
+    int kept = strncmp(ns, "/tmp/", 5) ? -1
+                                         : syscall(SYS_open_tree, AT_FDCWD, ns,
+                                                   OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    mount_private(&dirs[1]); /* /var/tmp first: /tmp holds the root */
+    mount_private(&dirs[0]);
+    if (kept >= 0 && syscall(SYS_move_mount, kept, "", AT_FDCWD, ns, MOVE_MOUNT_F_EMPTY_PATH))
+        die("keep the namespace");
+    /* After the private directories, whose backing may lie in the host's /dev/shm. */
+    if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"))
+        die("private /dev/shm");
+    int context = syscall(SYS_fsopen, "mqueue", FSOPEN_CLOEXEC);
+    if (context < 0 || syscall(SYS_fsconfig, context, FSCONFIG_CMD_CREATE, NULL, NULL, 0))
+        die("mqueue");
+    int mqueue = syscall(SYS_fsmount, context, FSMOUNT_CLOEXEC, 0);
+    if (mqueue < 0) die("fsmount mqueue");
+    close(context);
+    grant(rules, "/tmp", -1);
+    grant(rules, "/var/tmp", -1);
+    grant(rules, NULL, mqueue);
+    if (prctl(PR_CAPBSET_DROP, 21 /* CAP_SYS_ADMIN */, 0, 0, 0)) die("drop CAP_SYS_ADMIN");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || syscall(SYS_landlock_restrict_self, rules, 0))
         die("landlock_restrict_self");
     execvp(argv[0], argv);
     die(argv[0]);
+}
+
+/* Removes a private directory's backing (an overlay's work directory holds a fixed tree). */
+static void remove_private(int dir, const char *name, struct private_dir *p) {
+    char path[4200];
+    if (p->overlay) {
+        static const char *work[] = {"work/incompat/volatile/dirty", "work/incompat/volatile",
+                                     "work/incompat", "work"};
+        for (unsigned i = 0; i < 4; i++) {
+            snprintf(path, sizeof path, "%s.work/%s", name, work[i]);
+            if (unlinkat(dir, path, i ? AT_REMOVEDIR : 0)) die("remove the overlay work tree");
+        }
+        snprintf(path, sizeof path, "%s.work", name);
+        if (unlinkat(dir, path, AT_REMOVEDIR)) die("remove the overlay work directory");
+    }
+    if (unlinkat(dir, name, AT_REMOVEDIR)) die("remove the private directory");
 }
 
 int main(int argc, char **argv) {
@@ -115,6 +207,12 @@ int main(int argc, char **argv) {
     if (mkdirat(dir, "home", 0700) || mkdirat(dir, "tmp", 0700) || mkdirat(dir, "xdg", 0700) ||
         mkdirat(dir, "xdg/runtime", 0700) || rename(pending, root))
         die("make the root");
+    char ns[4096];
+    if (!realpath(argv[1], ns)) die("resolve the namespace");
+    struct private_dir dirs[2];
+    plan_private(&dirs[0], "/tmp", dir, root, "private-tmp");
+    plan_private(&dirs[1], "/var/tmp", dir, root, "private-var-tmp");
+    discover();
 
     const char *mount2 = cgroup2();
     int cgroup = -1;
@@ -144,7 +242,7 @@ int main(int argc, char **argv) {
     }
     pid_t pid = syscall(SYS_clone3, &args, sizeof args);
     if (pid < 0) die("clone3");
-    if (pid == 0) child(argv + 2, rules);
+    if (pid == 0) child(argv + 2, rules, ns, dirs);
     close(rules);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
@@ -158,6 +256,8 @@ int main(int argc, char **argv) {
         if (rmdir(leaf)) die("rmdir the cgroup leaf");
     }
     if (write(watch[0], "D", 1) != 1) die("tell the watchdog");
+    remove_private(dir, "private-tmp", &dirs[0]);
+    remove_private(dir, "private-var-tmp", &dirs[1]);
     if (unlinkat(dir, "home", AT_REMOVEDIR) || unlinkat(dir, "tmp", AT_REMOVEDIR) ||
         unlinkat(dir, "xdg/runtime", AT_REMOVEDIR) || unlinkat(dir, "xdg", AT_REMOVEDIR) ||
         unlinkat(dir, "cleanroom-root.json", 0) || rmdir(root))

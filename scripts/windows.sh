@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Windows and macOS from this Linux machine (docs/windows.md):
 # 1. builds cleanroom.exe (crates/cleanroom-windows) and its Wine tests for x86_64-pc-windows-gnu
-#    with Debian's rustc-web + build-std + mingw, in target/cross (the Linux target stays warm);
+#    with Debian's rustc-web + build-std + mingw, in a cross target dir outside the checkout
+#    (below; the Linux target stays warm);
 # 2. runs the tests under Wine 8 with a private WINEPREFIX inside target/ (removed afterwards),
 #    with the ProcessPrng stand-in DLL (test scaffolding, scripts/windows/processprng.c);
 # 3. type-checks the library for x86_64-apple-darwin.
-# A missing tool is a loud failure, never a skip: .ci/run installs rustc-web cargo-web
+# A missing tool is a loud failure, never a skip: scripts/test.sh installs rustc-web cargo-web
 # rust-web-src gcc-mingw-w64-x86-64 wine64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo=$PWD
 
 die() { echo "scripts/windows.sh: $*" >&2; exit 1; }
 for tool in /usr/bin/rustc /usr/bin/cargo x86_64-w64-mingw32-gcc /usr/lib/wine/wine64 /usr/bin/wineserver; do
@@ -21,7 +21,14 @@ done
 
 export RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc
-export CARGO_TARGET_DIR=$repo/target/cross
+# The cross target dir is a cache outside the checkout, keyed by the toolchain (rustc-web and
+# mingw): the cold build of std for two targets (-Zbuild-std) and the Wine prefix template are
+# most of this script's time, and a fresh clone, or another checkout, reuses them; a new
+# toolchain gets a new dir. $CLEANROOM_CROSS_DIR names another. Run one checkout's windows.sh at
+# a time: cargo serializes the builds, not the tests of the cleanroom.exe they share.
+toolchain=$({ /usr/bin/rustc -vV; x86_64-w64-mingw32-gcc --version | head -n1; } | sha256sum | cut -c1-16)
+export CARGO_TARGET_DIR=${CLEANROOM_CROSS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cleanroom/cross-$toolchain}
+echo "scripts/windows.sh: cross target dir $CARGO_TARGET_DIR" >&2
 mkdir -p "$CARGO_TARGET_DIR"   # the build log lives there, before cargo creates it
 # A private TMPDIR for everything below, removed on exit: a cold build left empty ccXXXXXX files
 # of the C toolchain in /tmp, and wineserver puts its socket dir (wine-XXXXXX) there.

@@ -5,20 +5,21 @@
 //! used, alone: files are not merged. `--config FILE` names one, `--no-config` turns it off.
 //!
 //! Invariant: a discovered file is used only when nobody but the user and root can have written
-//! it: the file, and each directory between it and the directory where discovery found it, is
-//! owned by the effective user or root and not writable by group or others (a directory with
-//! the sticky bit may be, as /tmp is). Otherwise the run is refused with the file named:
-//! discovery walks into places other users can write, and a config decides protection, network
-//! and leaks, so a foreign file must neither take effect nor be skipped without a word. A file
-//! named with `--config` is the user's own choice and is not checked.
+//! it or anything on the way to it ([`trust`]). One that fails the rule is never read: it is
+//! skipped with a warning naming it and why, and discovery goes on upward (refusing every run
+//! instead would let any local user stop everyone's runs below a shared directory with one
+//! file). A file named with `--config` is the user's own choice and is not checked.
+
+mod trust;
 
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
+
+use trust::{Distrust, Identity, TRUSTED_CONFIG_VAR};
 
 use crate::options::RunOptions;
 
@@ -42,6 +43,67 @@ pub struct Config {
     pub path: PathBuf,
     /// Its `[run]` options, relative paths resolved against the file's directory.
     pub run: RunOptions,
+    /// The line of each entry of its path lists, to say where a value came from.
+    path_lines: PathLines,
+    /// The file's identity when it was discovered and judged trusted (not named).
+    judged: Option<Identity>,
+}
+
+impl Config {
+    /// Where entry `index` of the `[run]` list `key` (`protect-path` or `allow-write`) was
+    /// written: `FILE:LINE: run.KEY[INDEX]`, as the file's other errors name a value.
+    pub fn origin(&self, key: &str, index: usize) -> String {
+        let lines = match key {
+            "protect-path" => &self.path_lines.run.protect_path,
+            "allow-write" => &self.path_lines.run.allow_write,
+            _ => &Vec::new(),
+        };
+        match lines.get(index) {
+            Some(line) => format!("{}:{line}: run.{key}[{index}]", self.path.display()),
+            None => format!("{}: run.{key}[{index}]", self.path.display()),
+        }
+    }
+}
+
+/// The lines of the entries of the `[run]` path lists (other keys are ignored here).
+#[derive(Debug, Default)]
+struct PathLines {
+    run: RunPathLines,
+}
+
+#[derive(Debug, Default)]
+struct RunPathLines {
+    protect_path: Vec<usize>,
+    allow_write: Vec<usize>,
+}
+
+impl PathLines {
+    /// Reads them from `text`, which already parsed as a [`ConfigFile`]; nothing when it cannot.
+    fn of(text: &str) -> PathLines {
+        #[derive(Deserialize, Default)]
+        #[serde(default)]
+        struct Spans {
+            run: RunSpans,
+        }
+        #[derive(Deserialize, Default)]
+        #[serde(default, rename_all = "kebab-case")]
+        struct RunSpans {
+            protect_path: Vec<toml::Spanned<String>>,
+            allow_write: Vec<toml::Spanned<String>>,
+        }
+        let spans: Spans = toml::from_str(text).unwrap_or_default();
+        let lines = |list: Vec<toml::Spanned<String>>| {
+            list.iter()
+                .map(|entry| text[..entry.span().start].matches('\n').count() + 1)
+                .collect()
+        };
+        PathLines {
+            run: RunPathLines {
+                protect_path: lines(spans.run.protect_path),
+                allow_write: lines(spans.run.allow_write),
+            },
+        }
+    }
 }
 
 /// Where the config comes from.
@@ -54,17 +116,18 @@ pub enum Source<'a> {
     Disabled,
 }
 
-/// Loads the config the source names; `None` when there is none.
-pub fn load(source: Source<'_>) -> Result<Option<Config>> {
-    let (path, file) = match source {
+/// Loads the config the source names; `None` when there is none. A discovered file that fails
+/// the trust rule is skipped, and `warn` hears which and why.
+pub fn load(source: Source<'_>, warn: &mut dyn FnMut(&str)) -> Result<Option<Config>> {
+    let (path, file, judged) = match source {
         Source::Disabled => return Ok(None),
         Source::Explicit(path) => {
             let file = File::open(path)
                 .with_context(|| format!("cannot read config {}", path.display()))?;
-            (path.to_path_buf(), file)
+            (path.to_path_buf(), file, None)
         }
-        Source::Discover(cwd) => match discover(cwd)? {
-            Some(found) => found,
+        Source::Discover(cwd) => match discover(cwd, warn)? {
+            Some((path, trusted)) => (path, trusted.file, Some(trusted.identity)),
             None => return Ok(None),
         },
     };
@@ -79,90 +142,62 @@ pub fn load(source: Source<'_>) -> Result<Option<Config>> {
     if let Some(dir) = path.parent() {
         run.resolve_paths(dir);
     }
-    Ok(Some(Config { path, run }))
+    let path_lines = PathLines::of(&text);
+    Ok(Some(Config {
+        path,
+        run,
+        path_lines,
+        judged,
+    }))
 }
 
-/// The nearest config file at or above `cwd`, opened once it is known to be trusted.
-fn discover(cwd: &Path) -> Result<Option<(PathBuf, File)>> {
+/// Tells the runs nested in this one (through the environment their commands inherit) which
+/// discovered config this run judged and uses, so that they may use the same file where a user
+/// namespace hides its owners (see [`trust`]); with none, says nothing.
+///
+/// Call it before anything else runs in this process: it changes the process's environment.
+pub fn pass_on(config: Option<&Config>) {
+    match config.and_then(|c| Some((c.judged?, &c.path))) {
+        Some((identity, path)) => std::env::set_var(TRUSTED_CONFIG_VAR, identity.var_value(path)),
+        None => std::env::remove_var(TRUSTED_CONFIG_VAR),
+    }
+}
+
+/// The nearest trusted config file at or above `cwd`, opened. A file that fails the trust rule
+/// is skipped (`warn` hears it); two trusted files in one directory are an error.
+fn discover(cwd: &Path, warn: &mut dyn FnMut(&str)) -> Result<Option<(PathBuf, trust::Trusted)>> {
     for dir in cwd.ancestors() {
-        let found: Vec<PathBuf> = FILE_NAMES
-            .iter()
-            .map(|name| dir.join(name))
-            .filter(|path| path.symlink_metadata().is_ok())
-            .collect();
-        match found.as_slice() {
-            [] => continue,
-            [path] => return Ok(Some((path.clone(), open_trusted(path, dir)?))),
+        let mut trusted = Vec::new();
+        for path in FILE_NAMES.iter().map(|name| dir.join(name)) {
+            if path.symlink_metadata().is_err() {
+                continue;
+            }
+            match trust::open(&path) {
+                Ok(file) => trusted.push((path, file)),
+                Err(Distrust::Untrusted(why)) => {
+                    warn(&format!("ignoring config {}: {why}", path.display()));
+                }
+                Err(Distrust::Refused(e)) => return Err(e),
+            }
+        }
+        match trusted.len() {
+            0 => continue,
+            1 => return Ok(trusted.pop()),
             _ => bail!(
                 "two config files in {}: {} and {}; keep one (or use --config FILE)",
                 dir.display(),
-                found[0].display(),
-                found[1].display()
+                trusted[0].0.display(),
+                trusted[1].0.display()
             ),
         }
     }
     Ok(None)
 }
 
-/// Opens `path` (found in `top`) if nobody but the user and root could have written it: the
-/// entry (a symlink included) and the opened file are theirs, the file is not group/other
-/// writable, and so are the directories from the entry's up to `top` and, for a symlink, the
-/// directory of its target (a sticky directory may be writable by others). The checks of the
-/// file are made on the opened descriptor, so what is read is what was checked.
-fn open_trusted(path: &Path, top: &Path) -> Result<File> {
-    let euid = rustix::process::geteuid().as_raw();
-    let refuse = |what: &Path, why: String| {
-        let what = if what == path {
-            "it".to_string()
-        } else {
-            what.display().to_string()
-        };
-        anyhow!(
-            "refusing config {}: {what} {why}; only files the user or root owns and others \
-             cannot write are used (name it with --config FILE to use it anyway, or --no-config)",
-            path.display(),
-        )
-    };
-    // A symlink's own mode means nothing; a sticky directory protects what others do not own.
-    let inspect = |p: &Path, meta: std::io::Result<std::fs::Metadata>, dir: bool| {
-        let m = meta.with_context(|| format!("cannot inspect config {}", p.display()))?;
-        let mode_ignored = m.file_type().is_symlink() || (dir && m.mode() & 0o1000 != 0);
-        let writable_by_others = m.mode() & 0o022 != 0 && !mode_ignored;
-        if m.uid() != euid && m.uid() != 0 {
-            Err(refuse(p, format!("is owned by uid {}", m.uid())))
-        } else if writable_by_others {
-            let mode = m.mode() & 0o7777;
-            Err(refuse(p, format!("is writable by others (mode {mode:o})")))
-        } else {
-            Ok(m)
-        }
-    };
-    let entry = inspect(path, path.symlink_metadata(), false)?;
-    let file =
-        File::open(path).with_context(|| format!("cannot read config {}", path.display()))?;
-    if !inspect(path, file.metadata(), false)?.is_file() {
-        return Err(refuse(path, "is not a regular file".into()));
-    }
-    let mut dirs: Vec<PathBuf> = path
-        .ancestors()
-        .skip(1)
-        .take_while(|d| d.starts_with(top))
-        .map(Path::to_path_buf)
-        .collect();
-    if entry.file_type().is_symlink() {
-        let target = std::fs::canonicalize(path)
-            .with_context(|| format!("cannot resolve config {}", path.display()))?;
-        dirs.extend(target.parent().map(Path::to_path_buf));
-    }
-    for dir in &dirs {
-        inspect(dir, dir.metadata(), true)?;
-    }
-    Ok(file)
-}
-
-/// Parses the text of a config file; the error starts with `LINE: KEY: ` (the caller puts the
-/// file name in front).
-fn parse(text: &str) -> std::result::Result<RunOptions, String> {
+/// Parses the text of a config file; the error is one line and starts with `LINE: KEY: ` (the
+/// caller puts the file name in front). The `config` fuzz target (fuzz/) calls it: keep its
+/// signature.
+pub fn parse(text: &str) -> std::result::Result<RunOptions, String> {
     let deserializer = toml::Deserializer::parse(text).map_err(|e| describe(text, &e, None))?;
     match serde_path_to_error::deserialize::<_, ConfigFile>(deserializer) {
         Ok(file) => Ok(file.run),

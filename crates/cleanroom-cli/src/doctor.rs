@@ -11,9 +11,9 @@ pub struct DoctorArgs {
     json: bool,
 }
 
-/// Prints what this machine allows.
-pub fn main(args: DoctorArgs, _global: &Global) -> u8 {
-    let report = cleanroom::doctor::probe();
+/// Prints what this machine allows, for runs in the namespace `global` names.
+pub fn main(args: DoctorArgs, global: &Global) -> u8 {
+    let report = cleanroom::doctor::probe(&global.namespace_path());
     if args.json {
         println!(
             "{}",

@@ -152,6 +152,25 @@ fn print_summary(ns: &Namespace, summary: &reclaim::GcSummary, verbose: bool) {
             escaped(&ns.path().join(name).to_string_lossy())
         );
     }
+    if !summary.locks_removed.is_empty() {
+        if verbose {
+            for name in &summary.locks_removed {
+                println!(
+                    "{remove} {}",
+                    escaped(&ns.path().join(name).to_string_lossy())
+                );
+            }
+        }
+        println!(
+            "{remove} {} entries of {} that were not lock state or belonged to no holder",
+            summary.locks_removed.len(),
+            escaped(
+                &ns.path()
+                    .join(cleanroom::namespace::LOCKS_DIR)
+                    .to_string_lossy()
+            )
+        );
+    }
     for error in &summary.errors {
         eprintln!("cleanroom: could not remove {}", escaped(error));
     }
@@ -178,6 +197,13 @@ pub fn list_main(args: ListArgs, global: &Global) -> u8 {
         Ok(ns) => ns,
         Err(e) => return crate::fail(e),
     };
+    if ns.is_none() {
+        // Not an error (nothing has run with it yet), but not a listing of something either.
+        eprintln!(
+            "cleanroom: {} does not exist: nothing has run with this state directory",
+            global.namespace_path().display()
+        );
+    }
     let entries = ns
         .as_ref()
         .map(|ns| reclaim::list(ns, args.sizes))
@@ -190,10 +216,13 @@ pub fn list_main(args: ListArgs, global: &Global) -> u8 {
         }
     };
     if args.json {
+        let (state_dir, state_dir_bytes) =
+            reclaim::lossless_name(global.namespace_path().as_os_str());
         let listing = reclaim::Listing {
             format: reclaim::LIST_FORMAT,
             version: reclaim::JSON_VERSION,
-            state_dir: global.namespace_path(),
+            state_dir,
+            state_dir_bytes,
             entries,
             locks,
         };

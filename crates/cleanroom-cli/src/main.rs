@@ -17,7 +17,7 @@ mod serve;
 #[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
 mod start;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -58,11 +58,31 @@ pub struct Global {
 }
 
 impl Global {
-    /// The namespace path to use.
+    /// The namespace path to use: `--state-dir`, else the default, as [`cli_main`] resolved it
+    /// once ([`with_real_parent`]).
     pub fn namespace_path(&self) -> PathBuf {
         self.state_dir
             .clone()
-            .unwrap_or_else(cleanroom::Namespace::default_path)
+            .expect("cli_main resolves the state directory first")
+    }
+}
+
+/// `path` with the directories above it resolved once, here (links followed, made absolute):
+/// a run binds paths beneath the namespace into its mount namespace without following links,
+/// so a link among them (`/home` -> `/data/home`) would fail every protected run. The last
+/// component stays as given, so a state dir that is itself a link is still refused, and a
+/// parent that cannot be resolved leaves the path as it was for the namespace to judge.
+fn with_real_parent(path: PathBuf) -> PathBuf {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return path;
+    };
+    let parent = match parent.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => parent,
+    };
+    match std::fs::canonicalize(parent) {
+        Ok(real) => real.join(name),
+        Err(_) => path,
     }
 }
 
@@ -102,7 +122,7 @@ fn main() -> std::process::ExitCode {
 
 /// Parses the command line and runs the subcommand; returns the exit status.
 fn cli_main() -> u8 {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) if no_subcommand(&e) => {
             // Plain `cleanroom` (perhaps with global options only): nothing was asked.
@@ -117,6 +137,15 @@ fn cli_main() -> u8 {
         Err(e) => return fail(usage_error_line(&e)),
     };
     init_logging(&cli.global);
+    let mut cli = cli;
+    let state_dir = match cli.global.state_dir.take() {
+        Some(path) => path,
+        None => match cleanroom::Namespace::default_path() {
+            Ok(path) => path,
+            Err(e) => return fail(e),
+        },
+    };
+    cli.global.state_dir = Some(with_real_parent(state_dir));
     match cli.command {
         Command::Run(args) => run::main(*args, &cli.global),
         Command::Gc(args) => gc::gc_main(args, &cli.global),
@@ -125,6 +154,18 @@ fn cli_main() -> u8 {
         Command::Serve(args) => serve::main(args, &cli.global),
         Command::Completions(args) => completions::main(args),
         Command::Man(args) => man::main(args),
+    }
+}
+
+/// Parses the command line; `run --keep-root WHEN` is read as `--keep-root=WHEN` (see
+/// [`options::join_keep_root_value`]).
+fn parse() -> Result<Cli, clap::Error> {
+    let cli = Cli::try_parse()?;
+    match &cli.command {
+        Command::Run(args) if args.keep_root_value_apart() => {
+            Cli::try_parse_from(options::join_keep_root_value(std::env::args_os().collect()))
+        }
+        _ => Ok(cli),
     }
 }
 

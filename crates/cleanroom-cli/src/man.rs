@@ -8,15 +8,17 @@ use clap::CommandFactory;
 /// Shown under `cleanroom man --help`.
 pub const EXAMPLES: &str = "Examples:
   cleanroom man | man -l -
-  cleanroom man --dir ~/.local/share/man/man1
+  cleanroom man --dir ~/.cargo/share/man/man1
 
---dir writes cleanroom.1, cleanroom-run.1 and a page for every other command.";
+--dir writes cleanroom.1, cleanroom-run.1 and a page for every other command,
+creating DIR (and its parents) when it does not exist. man finds pages in
+~/.cargo/share/man when ~/.cargo/bin is on PATH.";
 
 /// Options of `cleanroom man`.
 #[derive(clap::Args, Debug)]
 pub struct ManArgs {
-    /// Write cleanroom.1 and one cleanroom-COMMAND.1 per subcommand into DIR (which must
-    /// exist) instead of printing cleanroom.1.
+    /// Write cleanroom.1 and one cleanroom-COMMAND.1 per subcommand into DIR (created with
+    /// its parents when missing) instead of printing cleanroom.1.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
 }
@@ -25,7 +27,9 @@ pub struct ManArgs {
 pub fn main(args: ManArgs) -> u8 {
     let command = crate::Cli::command();
     match args.dir {
-        Some(dir) => match clap_mangen::generate_to(command, &dir) {
+        Some(dir) => match std::fs::create_dir_all(&dir)
+            .and_then(|()| clap_mangen::generate_to(command, &dir))
+        {
             Ok(()) => 0,
             Err(e) => crate::fail(format!(
                 "cannot write man pages into {}: {e}",

@@ -7,8 +7,10 @@
 //! Precedence is the order of application: the library's defaults (`RunConfig::builder`),
 //! then the config file, then the environment, then flags (clap prefers a flag to its
 //! variable). A list given by a higher layer replaces the lower layer's list; a switch such as
-//! `--drop-secrets` can only be turned on by any layer.
+//! `--drop-secrets` can only be turned on by any layer. `--keep-root` is a value (`never` from a
+//! higher layer turns a lower layer's `always` off).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -17,7 +19,7 @@ use clap::ValueEnum;
 use cleanroom::contain::ContainMode;
 use cleanroom::lock::LockScope;
 use cleanroom::protect::{NetMode, ProtectMode};
-use cleanroom::run::{LeakPolicy, RunBuilder};
+use cleanroom::run::{KeepRoot, LeakPolicy, RunBuilder};
 use serde::Deserialize;
 
 /// A duration option (`--grace 10s`, `grace = "10s"` or `grace = 10`); a bare number is seconds.
@@ -28,9 +30,31 @@ impl FromStr for DurationArg {
     type Err = String;
 
     fn from_str(text: &str) -> Result<DurationArg, String> {
+        refuse_negative(text)?;
         cleanroom::parse_duration(text)
             .map(DurationArg)
             .map_err(|e| e.to_string())
+    }
+}
+
+/// A value starting with `-`: a negative duration (`-1`, `-.5s`) is refused as such, anything
+/// else (`-v`, `--`, `--keep-root`) as the option it is, taken for the value because the value
+/// was left out. The duration flags take any word starting with `-` as their value, so that
+/// `--timeout -1` is refused as negative rather than as an unknown option `-1`.
+fn refuse_negative(text: &str) -> Result<(), String> {
+    let Some(rest) = text.trim_start().strip_prefix('-') else {
+        return Ok(());
+    };
+    if rest.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        Err(format!(
+            "invalid duration {text:?}: durations cannot be negative (0 is the smallest)"
+        ))
+    } else if text == "--" {
+        Err("a value is required, but none was supplied (\"--\" came next)".into())
+    } else {
+        Err(format!(
+            "a value is required, but none was supplied ({text:?} is an option, not a duration)"
+        ))
     }
 }
 
@@ -42,6 +66,7 @@ impl FromStr for LimitArg {
     type Err = String;
 
     fn from_str(text: &str) -> Result<LimitArg, String> {
+        refuse_negative(text)?;
         cleanroom::duration::parse_limit(text)
             .map(LimitArg)
             .map_err(|e| e.to_string())
@@ -73,6 +98,27 @@ impl FromStr for PinArg {
     }
 }
 
+/// `--keep-root-count N`: at least 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountArg(pub u32);
+
+impl FromStr for CountArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<CountArg, String> {
+        match text.trim().parse::<u32>() {
+            Ok(0) => Err("0 would keep no root: use --keep-root=never to keep none".into()),
+            Ok(n) => Ok(CountArg(n)),
+            Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => {
+                Err(format!("{text:?} is too large (at most {})", u32::MAX))
+            }
+            Err(_) => Err(format!(
+                "{text:?} is not a whole number of roots (1 or more)"
+            )),
+        }
+    }
+}
+
 /// A value a config file may write as a string or a number, read through the type's `FromStr`
 /// so that `timeout = 90` and `timeout = "90"` mean what `--timeout 90` means.
 trait ConfigValue: FromStr<Err = String> {
@@ -94,6 +140,10 @@ impl ConfigValue for SignalArg {
 
 impl ConfigValue for PinArg {
     const EXPECTED: &'static str = "a variable name such as \"CODEX_HOME\"";
+}
+
+impl ConfigValue for CountArg {
+    const EXPECTED: &'static str = "a number of roots such as 3";
 }
 
 struct TextOrNumber<T>(std::marker::PhantomData<T>);
@@ -131,7 +181,69 @@ macro_rules! deserialize_via_from_str {
         }
     )*};
 }
-deserialize_via_from_str!(DurationArg, LimitArg, PinArg, SignalArg);
+deserialize_via_from_str!(CountArg, DurationArg, LimitArg, PinArg, SignalArg);
+
+/// `--keep-root[=WHEN]`; `keep-root = "WHEN"` (or `true` for always, `false` for never).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KeepRootArg {
+    /// Keep it (a plain `--keep-root`); `cleanroom gc --kept` reclaims it.
+    Always,
+    /// Keep it when the run fails (exit status not 0); the newest --keep-root-count stay.
+    OnFailure,
+    /// Remove it.
+    Never,
+}
+
+impl<'de> Deserialize<'de> for KeepRootArg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<KeepRootArg, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Switch(bool),
+            When(String),
+        }
+        let expected = "true, false, \"always\", \"on-failure\" or \"never\"";
+        match Raw::deserialize(d)
+            .map_err(|_| serde::de::Error::custom(format!("expected {expected}")))?
+        {
+            Raw::Switch(true) => Ok(KeepRootArg::Always),
+            Raw::Switch(false) => Ok(KeepRootArg::Never),
+            Raw::When(when) => KeepRootArg::named(&when).ok_or_else(|| {
+                serde::de::Error::custom(format!("unknown value {when:?}, expected {expected}"))
+            }),
+        }
+    }
+}
+
+impl KeepRootArg {
+    /// The value `word` names (`always`, `on-failure`, `never`), if it names one.
+    pub fn named(word: &str) -> Option<KeepRootArg> {
+        match word {
+            "always" => Some(KeepRootArg::Always),
+            "on-failure" => Some(KeepRootArg::OnFailure),
+            "never" => Some(KeepRootArg::Never),
+            _ => None,
+        }
+    }
+}
+
+/// `args` with the first `--keep-root` and a value word right after it (`on-failure`) joined
+/// into one (`--keep-root=on-failure`), so that both spellings mean the same while a plain
+/// `--keep-root` still leaves the next word to the command (`--keep-root cargo test`). The
+/// first `--keep-root` is the option (the command's own words come after the options); a
+/// command named like a value is reached with `--keep-root=always never` or `--keep-root --
+/// never`.
+pub fn join_keep_root_value(mut args: Vec<OsString>) -> Vec<OsString> {
+    let at = args.iter().position(|a| a == "--keep-root");
+    let value = at.and_then(|i| args.get(i + 1)).and_then(|v| v.to_str());
+    if let (Some(i), Some(value)) = (at, value) {
+        if KeepRootArg::named(value).is_some() {
+            let joined = OsString::from(format!("--keep-root={value}"));
+            args.splice(i..i + 2, [joined]);
+        }
+    }
+    args
+}
 
 /// `--protect`.
 #[derive(Clone, Copy, Debug, ValueEnum, Deserialize)]
@@ -194,23 +306,42 @@ pub enum LockScopeArg {
 pub struct RunOptions {
     /// Stop the run after D: --signal, --grace, then KILL; exit 124, or 137 when KILL was needed
     /// (a bare number is seconds; 0: no limit) [default: 0]
-    #[arg(long, value_name = "D", env = "CLEANROOM_TIMEOUT")]
+    #[arg(
+        long,
+        value_name = "D",
+        env = "CLEANROOM_TIMEOUT",
+        allow_hyphen_values = true
+    )]
     pub timeout: Option<LimitArg>,
     /// The first signal sent to the run when --timeout fires (a name or number) [default: TERM]
     #[arg(long, value_name = "SIG", env = "CLEANROOM_SIGNAL")]
     pub signal: Option<SignalArg>,
     /// Time between TERM and KILL on timeout or interrupt (0: KILL at once) [default: 10s]
-    #[arg(long, value_name = "D", env = "CLEANROOM_GRACE")]
+    #[arg(
+        long,
+        value_name = "D",
+        env = "CLEANROOM_GRACE",
+        allow_hyphen_values = true
+    )]
     pub grace: Option<DurationArg>,
     /// Time between TERM and KILL for processes that outlive the command [default: 500ms]
-    #[arg(long, value_name = "D", env = "CLEANROOM_LEAK_GRACE")]
+    #[arg(
+        long,
+        value_name = "D",
+        env = "CLEANROOM_LEAK_GRACE",
+        allow_hyphen_values = true
+    )]
     pub leak_grace: Option<DurationArg>,
     /// What leaked processes do to the exit status [default: warn]
     #[arg(long, value_enum, env = "CLEANROOM_ON_LEAK")]
     pub on_leak: Option<OnLeakArg>,
-    /// Keep the root afterwards and print where it is
-    #[arg(long)]
-    pub keep_root: bool,
+    /// Keep the root afterwards and print where it is: always (a plain --keep-root), on-failure
+    /// (when the exit status is not 0), never [default: never]
+    #[arg(long, value_enum, value_name = "WHEN", require_equals = true)]
+    pub keep_root: Option<Option<KeepRootArg>>,
+    /// How many roots kept on failure stay: the newest N; gc reclaims older ones [default: 3]
+    #[arg(long, value_name = "N")]
+    pub keep_root_count: Option<CountArg>,
     /// Give VAR its own directory inside the root (repeatable)
     #[arg(long, value_name = "VAR")]
     pub pin: Option<Vec<PinArg>>,
@@ -256,11 +387,23 @@ pub struct RunOptions {
     pub exclusive: Option<Vec<String>>,
     /// Give up waiting for --exclusive locks after D (exit 125; 0: do not wait) [default: wait
     /// forever]
-    #[arg(long, value_name = "D", env = "CLEANROOM_LOCK_TIMEOUT")]
+    #[arg(
+        long,
+        value_name = "D",
+        env = "CLEANROOM_LOCK_TIMEOUT",
+        allow_hyphen_values = true
+    )]
     pub lock_timeout: Option<DurationArg>,
     /// Where --exclusive locks live [default: user]
     #[arg(long, value_enum, env = "CLEANROOM_LOCK_SCOPE")]
     pub lock_scope: Option<LockScopeArg>,
+    /// Keep P (beneath /tmp or /var/tmp) the host's inside the run's private /tmp (repeatable)
+    #[arg(long, value_name = "P")]
+    pub share_tmp: Option<Vec<PathBuf>>,
+    /// Give the command the host's /tmp and /var/tmp instead of private ones (/dev/shm and IPC
+    /// stay private, so a root command still lacks CAP_SYS_ADMIN: use --protect off for that)
+    #[arg(long)]
+    pub host_tmp: bool,
 }
 
 /// `builder.method(value)` when the layer gives a value.
@@ -283,7 +426,15 @@ impl RunOptions {
         b = set(b, self.grace.map(|d| d.0), RunBuilder::grace);
         b = set(b, self.leak_grace.map(|d| d.0), RunBuilder::leak_grace);
         b = set(b, self.on_leak.map(LeakPolicy::from), RunBuilder::on_leak);
-        b = set(b, self.keep_root.then_some(true), RunBuilder::keep_root);
+        let keep_root = self
+            .keep_root
+            .map(|when| when.unwrap_or(KeepRootArg::Always));
+        b = set(b, keep_root.map(KeepRoot::from), RunBuilder::keep_root);
+        b = set(
+            b,
+            self.keep_root_count.map(|c| c.0),
+            RunBuilder::keep_root_count,
+        );
         let pins = self.pin.map(|pins| pins.into_iter().map(|p| p.0));
         b = set(b, pins, RunBuilder::pins);
         b = set(b, self.contain.map(ContainMode::from), RunBuilder::contain);
@@ -315,15 +466,21 @@ impl RunOptions {
             self.lock_scope.map(LockScope::from),
             RunBuilder::lock_scope,
         );
+        b = set(b, self.share_tmp, RunBuilder::share_tmp);
+        b = set(b, self.host_tmp.then_some(false), RunBuilder::private_tmp);
         b
     }
 
     /// Makes relative paths relative to `base` (a config file's directory) instead of the
     /// working directory.
     pub fn resolve_paths(&mut self, base: &Path) {
-        for paths in [&mut self.protect_path, &mut self.allow_write]
-            .into_iter()
-            .flatten()
+        for paths in [
+            &mut self.protect_path,
+            &mut self.allow_write,
+            &mut self.share_tmp,
+        ]
+        .into_iter()
+        .flatten()
         {
             for path in paths.iter_mut() {
                 if path.is_relative() {
@@ -339,6 +496,16 @@ impl From<OnLeakArg> for LeakPolicy {
         match arg {
             OnLeakArg::Warn => LeakPolicy::Warn,
             OnLeakArg::Fail => LeakPolicy::Fail,
+        }
+    }
+}
+
+impl From<KeepRootArg> for KeepRoot {
+    fn from(arg: KeepRootArg) -> KeepRoot {
+        match arg {
+            KeepRootArg::Always => KeepRoot::Always,
+            KeepRootArg::OnFailure => KeepRoot::OnFailure,
+            KeepRootArg::Never => KeepRoot::Never,
         }
     }
 }

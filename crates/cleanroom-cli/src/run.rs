@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context as _};
 use cleanroom::remove::RemovalStatus;
 use cleanroom::report::{Ending, RunReport};
-use cleanroom::run::{self, Event, RunConfig};
+use cleanroom::run::{self, Event, KeepRoot, RunBuilder, RunConfig};
 use rustix::fs::{Access, AtFlags, CWD};
 
 use crate::config::{self, Source};
-use crate::options::RunOptions;
+use crate::options::{KeepRootArg, RunOptions};
 use crate::Global;
 
 /// `eprintln!` that ignores write errors: a closed or broken stderr must not make the runner
@@ -37,6 +37,10 @@ that starts with `-`. Options also come from CLEANROOM_* variables (shown above)
 and from the [run] table of the nearest cleanroom.toml or .config/cleanroom.toml
 (keys named like the flags, e.g. on-leak = \"fail\"): flag > environment >
 config file > default. See docs/config.md.
+
+In a terminal the command gets the foreground: Ctrl-C goes to it. If it
+ignores Ctrl-C, cleanroom stops the run (as for SIGINT to cleanroom: forwarded,
+--grace, then KILL); a second Ctrl-C kills at once.
 
 Exit status: the command's; 124 timeout, 123 leak with --on-leak fail, 125
 cleanroom's own failure, 126/127 command not executable/not found
@@ -83,12 +87,72 @@ impl RunArgs {
         };
         let mut builder =
             RunConfig::builder(self.command.iter().cloned()).namespace(global.namespace_path());
-        if let Some(file) = config::load(source)? {
+        let file = config::load(source, &mut |warning| say!("cleanroom: warning: {warning}"))?;
+        config::pass_on(file.as_ref());
+        if let Some(file) = &file {
             tracing::info!("config: {}", file.path.display());
-            builder = file.run.apply(builder);
+            builder = name_file_paths(file.run.clone().apply(builder), &self.options, file);
         }
-        Ok(self.options.clone().apply(builder).build()?)
+        let config = self.options.clone().apply(builder).build()?;
+        if let Some(origin) = unused_keep_root_count(&self.options, file.as_ref(), &config) {
+            say!(
+                "cleanroom: warning: {origin} has no effect: only roots kept on failure \
+                 (--keep-root=on-failure) are counted"
+            );
+        }
+        Ok(config)
     }
+
+    /// Whether clap read `--keep-root WHEN` as a plain `--keep-root` followed by a command named
+    /// WHEN: the value of an option whose value is optional must be attached
+    /// (`--keep-root=WHEN`), or `--keep-root cargo test` would not keep the root of `cargo test`.
+    /// The caller then reads the command line again with the two words joined
+    /// ([`crate::options::join_keep_root_value`]).
+    pub fn keep_root_value_apart(&self) -> bool {
+        let first = self.command.first().and_then(|w| w.to_str());
+        self.options.keep_root == Some(None) && first.and_then(KeepRootArg::named).is_some()
+    }
+}
+
+/// Names each `protect-path` and `allow-write` entry the config file gives (where no flag
+/// replaces its list) by the file, line and key, for the library's messages about a path that
+/// does not exist (its rule is absent, or refused under `--require-protection`).
+fn name_file_paths(
+    mut builder: RunBuilder,
+    flags: &RunOptions,
+    file: &config::Config,
+) -> RunBuilder {
+    let lists = [
+        ("protect-path", &flags.protect_path, &file.run.protect_path),
+        ("allow-write", &flags.allow_write, &file.run.allow_write),
+    ];
+    for (key, flag_list, file_list) in lists {
+        let (None, Some(paths)) = (flag_list, file_list) else {
+            continue;
+        };
+        for (index, path) in paths.iter().enumerate() {
+            builder = builder.path_origin(path, format!("{} =", file.origin(key, index)));
+        }
+    }
+    builder
+}
+
+/// Where a keep-root count that has no effect was given, if one was: the flag, or the config
+/// file (unless the file keeps roots on failure itself, and a flag turned that off).
+fn unused_keep_root_count(
+    flags: &RunOptions,
+    file: Option<&config::Config>,
+    config: &RunConfig,
+) -> Option<String> {
+    if config.keep_root == KeepRoot::OnFailure {
+        return None;
+    }
+    if flags.keep_root_count.is_some() {
+        return Some("--keep-root-count".into());
+    }
+    let file = file.filter(|f| f.run.keep_root_count.is_some())?;
+    let file_keeps_on_failure = file.run.keep_root == Some(Some(KeepRootArg::OnFailure));
+    (!file_keeps_on_failure).then(|| format!("{}: run.keep-root-count", file.path.display()))
 }
 
 /// `--report`: refused or checked before anything starts, so a bad path costs one line instead
@@ -146,7 +210,7 @@ pub fn main(args: RunArgs, global: &Global) -> u8 {
         Ok(r) => r,
         Err(e) => return crate::fail(e),
     };
-    print_summary(&report, quiet);
+    print_summary(&report, &config, quiet);
     if let Some(path) = &args.report {
         let text = serde_json::to_string_pretty(&report).expect("report serializes");
         if let Err(e) = std::fs::write(path, text + "\n") {
@@ -162,7 +226,7 @@ const MAX_LEAK_LINES: usize = 20;
 
 /// Quiet when all is well; one line per leak and one summary line when something happened.
 /// With `-q` only a cleanup that did not finish is told (and a kept root, which was asked for).
-fn print_summary(report: &RunReport, quiet: bool) {
+fn print_summary(report: &RunReport, config: &RunConfig, quiet: bool) {
     let leak_lines = if quiet { 0 } else { MAX_LEAK_LINES };
     let survived = |id| report.survivors.iter().any(|s| s.id == id);
     for leak in report.leaks.iter().take(leak_lines) {
@@ -219,11 +283,19 @@ fn print_summary(report: &RunReport, quiet: bool) {
             }
         }
     }
-    if report.kept_root {
-        say!(
+    match config.keep_root {
+        _ if !report.kept_root => {}
+        KeepRoot::OnFailure => say!(
+            "cleanroom: root of the failed run kept at {} (exit status {}; the newest {} roots \
+             kept on failure stay, `cleanroom gc --kept` reclaims them at once)",
+            report.root.display(),
+            report.exit.status,
+            config.keep_root_count
+        ),
+        _ => say!(
             "cleanroom: root kept at {} (reclaim it with `cleanroom gc --kept` when done)",
             report.root.display()
-        );
+        ),
     }
     if !notes.is_empty() {
         say!(
@@ -233,4 +305,49 @@ fn print_summary(report: &RunReport, quiet: bool) {
             notes.join("; ")
         );
     }
+    if let Some(hint) = denied_write_hint(report).filter(|_| !quiet) {
+        say!("cleanroom: hint: {hint}");
+    }
+}
+
+/// When the command failed (exited non-zero) under a protection the kernel enforced, a write it
+/// needed may have been refused, and the command's own message ("Permission denied", "check
+/// the permissions") does not say by whom: the line names the protection and the option that
+/// allows a path. cleanroom cannot see the refusal itself (Landlock reports denials only
+/// through the audit log, which needs the audit subsystem enabled and CAP_AUDIT_READ), so it
+/// says "may".
+fn denied_write_hint(report: &RunReport) -> Option<String> {
+    use cleanroom::protect::{Enforcement, ProtectMode};
+    let protection = &report.protection;
+    let code = report.exit.code.filter(|&code| code != 0)?;
+    if report.exit.ending != Ending::Exited || protection.enforcement == Enforcement::None {
+        return None;
+    }
+    let refused = match protection.mode {
+        ProtectMode::Off => return None,
+        ProtectMode::Home => {
+            let homes: Vec<String> = protection
+                .homes
+                .iter()
+                .map(|home| home.path.display().to_string())
+                .collect();
+            match homes.is_empty() {
+                true => "writes to read-only paths are refused".to_string(),
+                false => format!(
+                    "writes into {} (outside the project and the caches) and other read-only \
+                     paths are refused",
+                    homes.join(", ")
+                ),
+            }
+        }
+        ProtectMode::Strict => "only the run's root, the working directory and --allow-write \
+                                paths are writable"
+            .to_string(),
+    };
+    Some(format!(
+        "the command exited {code} under --protect {}: {refused}; if it failed on a write it \
+         needed, allow that path with --allow-write PATH (or use --protect off); -v lists every \
+         rule",
+        protection.mode
+    ))
 }

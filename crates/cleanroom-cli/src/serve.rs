@@ -50,7 +50,8 @@ pub struct ServeArgs {
     /// Largest accepted frame or message; larger ones close the socket with 1009.
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_name = "N")]
     max_message_bytes: usize,
-    /// Most sessions at once.
+    /// Most sessions at once: attached, or detached and resumable within --session-ttl (a
+    /// session being ended does not count).
     #[arg(long, default_value_t = 64, value_name = "N")]
     max_sessions: usize,
     /// Most unclosed processes per session.
@@ -63,6 +64,13 @@ pub struct ServeArgs {
     /// Let secret-looking variables (host and client) reach processes.
     #[arg(long)]
     allow_secret_env: bool,
+    /// Keep P (beneath /tmp or /var/tmp) the host's inside the processes' private /tmp
+    /// (repeatable)
+    #[arg(long, value_name = "P")]
+    share_tmp: Vec<PathBuf>,
+    /// Give the processes the host's /tmp and /var/tmp instead of one private pair
+    #[arg(long)]
+    host_tmp: bool,
 }
 
 /// Runs the exec-server.
@@ -104,6 +112,8 @@ pub fn main(args: ServeArgs, global: &Global) -> u8 {
         max_processes: args.max_processes.max(1),
         max_connections: args.max_connections.max(1),
         allow_secret_env: args.allow_secret_env,
+        private_tmp: !args.host_tmp,
+        share_tmp: args.share_tmp,
     };
     let ready = |url: &str| {
         use std::io::Write;

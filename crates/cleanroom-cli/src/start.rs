@@ -35,33 +35,52 @@ extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
 
 /// Opens `/dev/null` on each of the descriptors 0–2 that is closed (std's
 /// `sanitize_standard_fds`); aborts when that is impossible.
+///
+/// # Safety
+/// Only as the first code of the process, on its only thread: the descriptor `open` returns
+/// is the lowest free one only while nothing else opens or closes descriptors.
 unsafe fn open_standard_fds() {
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
         fd,
         events: 0,
         revents: 0,
     });
-    while libc::poll(fds.as_mut_ptr(), 3, 0) == -1 {
-        match *libc::__errno_location() {
+    // SAFETY: poll writes the `revents` of the three entries of `fds`, on our stack, whose
+    // length is passed with it; errno is this thread's own slot.
+    while unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } == -1 {
+        match errno() {
             libc::EINTR => continue,
             // RLIMIT_NOFILE or a temporary allocation failure: ask each descriptor instead.
             libc::EINVAL | libc::EAGAIN | libc::ENOMEM => {
                 for fd in &mut fds {
-                    if libc::fcntl(fd.fd, libc::F_GETFD) == -1
-                        && *libc::__errno_location() == libc::EBADF
+                    // SAFETY: F_GETFD takes no memory and changes nothing.
+                    if unsafe { libc::fcntl(fd.fd, libc::F_GETFD) } == -1 && errno() == libc::EBADF
                     {
                         fd.revents = libc::POLLNVAL;
                     }
                 }
                 break;
             }
-            _ => libc::abort(),
+            // SAFETY: abort takes nothing and does not return.
+            _ => unsafe { libc::abort() },
         }
     }
     for fd in fds {
+        if fd.revents & libc::POLLNVAL == 0 {
+            continue;
+        }
         // The lowest free descriptor is the closed one (all lower ones are open by now).
-        if fd.revents & libc::POLLNVAL != 0 && libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) < 0 {
-            libc::abort();
+        // SAFETY: the path is a static C string; the new descriptor becomes a standard stream,
+        // owned by the process from now on (the caller's contract makes it land on `fd`).
+        if unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) } < 0 {
+            // SAFETY: as above.
+            unsafe { libc::abort() };
         }
     }
+}
+
+/// The calling thread's errno.
+fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's own errno slot, valid for its life.
+    unsafe { *libc::__errno_location() }
 }

@@ -196,6 +196,131 @@ fn durations_read_as_timeout_reads_them() {
     sandbox.assert_namespace_empty();
 }
 
+/// A negative duration is a bad value of its option, said so, not an unknown option `-1` with a
+/// tip to write `-- -1` (which would make `-1` the command).
+#[test]
+fn a_negative_duration_is_refused_as_negative() {
+    for (flag, value) in [
+        ("--timeout", "-1"),
+        ("--grace", "-5s"),
+        ("--leak-grace", "-0.5"),
+        ("--lock-timeout", "-1m"),
+    ] {
+        let sandbox = Sandbox::new("negative");
+        assert_refused(
+            &sandbox,
+            &["run", flag, value, "--", "true"],
+            &[flag, value, "durations cannot be negative"],
+        );
+        let (_, _, stderr) = output(&sandbox, &["run", flag, value, "true"]);
+        assert!(!stderr.contains("tip: to pass"), "{flag} {value}: {stderr}");
+    }
+    // A value left out is said to be missing, naming what came next, never called negative.
+    for (args, next) in [
+        (&["run", "--timeout", "--", "true"][..], "\"--\""),
+        (
+            &["run", "--grace", "--keep-root", "--", "true"],
+            "\"--keep-root\" is an option",
+        ),
+        (
+            &["run", "--timeout", "-v", "--", "true"],
+            "\"-v\" is an option",
+        ),
+        (
+            &["run", "--lock-timeout", "--on-leak=fail", "true"],
+            "\"--on-leak=fail\"",
+        ),
+    ] {
+        let sandbox = Sandbox::new("missing-duration");
+        assert_refused(&sandbox, args, &["a value is required", next]);
+        let (_, _, stderr) = output(&sandbox, args);
+        assert!(!stderr.contains("negative"), "{args:?}: {stderr}");
+    }
+    let sandbox = Sandbox::new("negative-fraction");
+    assert_refused(
+        &sandbox,
+        &["run", "--timeout", "-.5", "true"],
+        &["durations cannot be negative"],
+    );
+    let sandbox = Sandbox::new("negative-env");
+    let (mut cmd, _) = sandbox.run_command(&[], &["true"]);
+    cmd.env("CLEANROOM_TIMEOUT", "-1");
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("durations cannot be negative"), "{stderr}");
+    assert!(!exists(sandbox.state()));
+}
+
+/// `--keep-root` takes only its documented values (a plain `--keep-root` is always; nothing
+/// hidden such as `bare`), `--keep-root-count` says when a number is too large rather than not
+/// whole, and a count that cannot matter (no `on-failure`) is warned about.
+#[test]
+fn keep_root_values_are_the_documented_ones_and_a_useless_count_is_told() {
+    let sandbox = Sandbox::new("keep-values");
+    assert_refused(
+        &sandbox,
+        &["run", "--keep-root=bare", "--", "false"],
+        &["invalid value 'bare'", "always, on-failure, never"],
+    );
+    assert_refused(
+        &sandbox,
+        &["run", "--keep-root-count", "99999999999", "--", "true"],
+        &["too large"],
+    );
+    assert_refused(
+        &sandbox,
+        &["run", "--keep-root-count", "2x", "--", "true"],
+        &["not a whole number"],
+    );
+    for args in [
+        &["run", "--keep-root-count", "2", "--", "true"][..],
+        &["run", "--keep-root", "--keep-root-count", "2", "--", "true"],
+    ] {
+        let (status, _, stderr) = output(&sandbox, args);
+        assert_eq!(status, Some(0), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("warning: --keep-root-count has no effect"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let (status, _, stderr) = output(
+        &sandbox,
+        &[
+            "run",
+            "--keep-root=on-failure",
+            "--keep-root-count",
+            "2",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(!stderr.contains("no effect"), "{stderr}");
+    // In a config file: named by the file, unless the file keeps on failure itself.
+    let config = sandbox.scratch().join("count.toml");
+    let config_arg = config.to_str().unwrap();
+    std::fs::write(&config, "[run]\nkeep-root-count = 2\n").unwrap();
+    let (status, _, stderr) = output(&sandbox, &["run", "--config", config_arg, "true"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{config_arg}: run.keep-root-count has no effect")),
+        "{stderr}"
+    );
+    std::fs::write(
+        &config,
+        "[run]\nkeep-root = \"on-failure\"\nkeep-root-count = 2\n",
+    )
+    .unwrap();
+    let args = ["run", "--config", config_arg, "--keep-root=never", "true"];
+    let (status, _, stderr) = output(&sandbox, &args);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(!stderr.contains("no effect"), "{stderr}");
+    let (status, _, _) = output(&sandbox, &["gc", "--kept"]);
+    assert_eq!(status, Some(0));
+    sandbox.assert_namespace_empty();
+}
+
 /// A command that leaves evidence when it runs: `$CRT_DIR/ran`.
 const TOUCH_RAN: &[&str] = &["sh", "-c", "touch \"$CRT_DIR/ran\""];
 
@@ -333,8 +458,8 @@ fn man_pages_are_generated_for_every_subcommand_and_render() {
     let (status, page, stderr) = output(&sandbox, &["man"]);
     assert_eq!(status, Some(0), "{stderr}");
     assert!(page.contains(".TH cleanroom 1"), "{page}");
-    let dir = sandbox.scratch().join("man1");
-    std::fs::create_dir(&dir).unwrap();
+    // The directory and its parents are created (a new account has no ~/.cargo/share/man).
+    let dir = sandbox.scratch().join("share/man/man1");
     let (status, _, stderr) = output(&sandbox, &["man", "--dir", dir.to_str().unwrap()]);
     assert_eq!(status, Some(0), "{stderr}");
     for sub in [
@@ -380,14 +505,104 @@ fn man_pages_are_generated_for_every_subcommand_and_render() {
             "no {word} in the rendered page:\n{text}"
         );
     }
+    let file = sandbox.scratch().join("a-file");
+    std::fs::write(&file, "").unwrap();
     assert_refused(
         &sandbox,
+        &["man", "--dir", file.join("man1").to_str().unwrap()],
+        &["cannot write man pages", "a-file/man1"],
+    );
+}
+
+/// What `cleanroom run ... <Tab>` offers in bash with the bash-completion package: the words of
+/// a line being typed are handed to the function `complete -p cleanroom` names, as readline
+/// does.
+fn bash_completions(script: &Path, words: &[&str]) -> Vec<String> {
+    const DRIVER: &str = r#"source /usr/share/bash-completion/bash_completion || exit 90
+source "$1" || exit 91
+shift
+spec=$(complete -p cleanroom) || exit 92
+func=${spec##*-F }; func=${func%% *}
+COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; COMP_TYPE=9
+"$func" cleanroom "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}" 2>/dev/null
+printf '%s\n' "${COMPREPLY[@]}""#;
+    let out = Command::new("bash")
+        .args(["--norc", "-c", DRIVER, "bash"])
+        .arg(script)
+        .args(words)
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "the driver failed ({:?}; 90: the bash-completion package is needed): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn bash_completes_the_command_after_run_and_then_its_own_arguments() {
+    let sandbox = Sandbox::new("complete-run");
+    let (status, script, stderr) = output(&sandbox, &["completions", "bash"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let path = sandbox.scratch().join("cleanroom.bash");
+    std::fs::write(&path, script).unwrap();
+    let offers = |words: &[&str], expected: &str| {
+        let got = bash_completions(&path, words);
+        assert!(
+            got.iter().any(|w| w == expected),
+            "{words:?}: no {expected:?} in {got:?}"
+        );
+    };
+    // The command's name, after run's options and their values, with or without `--`.
+    offers(&["cleanroom", "run", "timeo"], "timeout");
+    offers(
         &[
-            "man",
-            "--dir",
-            sandbox.scratch().join("nope").to_str().unwrap(),
+            "cleanroom",
+            "run",
+            "--timeout",
+            "5",
+            "--on-leak",
+            "fail",
+            "timeo",
         ],
-        &["cannot write man pages", "nope"],
+        "timeout",
+    );
+    offers(
+        &["cleanroom", "--state-dir", "/x", "-v", "run", "--", "timeo"],
+        "timeout",
+    );
+    // Then the command's own completion (timeout's, from bash-completion).
+    offers(&["cleanroom", "run", "timeout", "--fore"], "--foreground");
+    offers(
+        &["cleanroom", "run", "--grace=1s", "--", "timeout", "--fore"],
+        "--foreground",
+    );
+    // As readline splits `--grace=1s` (`=` is a word break).
+    offers(
+        &[
+            "cleanroom",
+            "run",
+            "--grace",
+            "=",
+            "1s",
+            "timeout",
+            "--fore",
+        ],
+        "--foreground",
+    );
+    // Before the command: cleanroom's own subcommands and options.
+    offers(&["cleanroom", "ru"], "run");
+    offers(&["cleanroom", "run", "--time"], "--timeout");
+    let value = bash_completions(&path, &["cleanroom", "run", "--protect", ""]);
+    assert!(
+        !value.iter().any(|w| w == "timeout"),
+        "the value of --protect completed as a command: {value:?}"
     );
 }
 
@@ -416,7 +631,8 @@ fn every_subcommand_help_shows_examples() {
 fn help_default(help: &str, flag: &str) -> String {
     let line = help
         .lines()
-        .find(|l| l.trim_start().starts_with(&format!("{flag} ")))
+        .map(str::trim_start)
+        .find(|l| l.starts_with(&format!("{flag} ")) || l.starts_with(&format!("{flag}[=")))
         .unwrap_or_else(|| panic!("no {flag} in the help"));
     let start = line.find("[default: ").expect("a default") + "[default: ".len();
     line[start..].split(']').next().unwrap().to_string()
@@ -447,6 +663,14 @@ fn the_help_of_run_shows_the_librarys_defaults() {
     );
     assert!(defaults.locks.is_none());
     assert_eq!(shown("--lock-scope"), "user");
+    assert_eq!(
+        shown("--keep-root"),
+        format!("{:?}", defaults.keep_root).to_lowercase()
+    );
+    assert_eq!(
+        shown("--keep-root-count"),
+        defaults.keep_root_count.to_string()
+    );
     // A run with no options really uses them: the report's protection mode is the default.
     let run = sandbox.run(&[], &["true"]);
     assert_eq!(run.report()["protection"]["mode"], "home");
@@ -508,4 +732,77 @@ fn a_closed_standard_stream_is_reopened_on_dev_null_before_anything_is_opened() 
     run.assert_status(0);
     assert_eq!(run.stdout.trim(), "/dev/null", "{}", run.stderr);
     sandbox.assert_namespace_empty();
+}
+
+/// The README's install lines, run as written by a new account (uid 65534 when the tests run as
+/// root) whose home holds nothing yet, with `cargo install` replaced by what it does (the binary
+/// put into ~/.cargo/bin): they succeed, `man` finds the pages through PATH, and bash-completion
+/// loads the completion script on its own.
+#[test]
+fn the_readmes_install_lines_work_for_a_new_account() {
+    let readme = include_str!("../../../README.md");
+    let install = readme
+        .split_once("## Install\n")
+        .and_then(|(_, rest)| rest.split_once("```sh\n"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block)
+        .expect("README has an Install section with a sh block");
+    let (cargo_install, rest): (Vec<&str>, Vec<&str>) = install
+        .lines()
+        .partition(|line| line.starts_with("cargo install "));
+    assert_eq!(cargo_install.len(), 1, "{install}");
+    let root = common::is_root();
+    let sandbox = match root {
+        true => Sandbox::as_user("install", common::NOBODY),
+        false => Sandbox::new("install"),
+    };
+    let home = sandbox.scratch().join("new-account");
+    let bin = home.join(".cargo/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(common::BIN, bin.join("cleanroom")).unwrap();
+    if root {
+        let status = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&home)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let as_the_account = |script: &str| {
+        let mut cmd = match root {
+            true => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash"]);
+                c
+            }
+            false => Command::new("bash"),
+        };
+        cmd.args(["--norc", "-c", script])
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("LANG", "C.UTF-8")
+            .current_dir(&home);
+        let out = cmd.output().expect("bash");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{script}\nfailed: {text}");
+        text
+    };
+    as_the_account(&format!("set -e\n{}", rest.join("\n")));
+    let page = as_the_account("man -w cleanroom-run");
+    assert_eq!(
+        page.trim(),
+        home.join(".cargo/share/man/man1/cleanroom-run.1")
+            .display()
+            .to_string()
+    );
+    let loaded = as_the_account(
+        "source /usr/share/bash-completion/bash_completion; _completion_loader cleanroom; \
+         complete -p cleanroom",
+    );
+    assert!(loaded.contains("-F _cleanroom_run_command"), "{loaded}");
 }

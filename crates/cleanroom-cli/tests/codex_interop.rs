@@ -1,7 +1,8 @@
 //! The real Codex client against an exec-server, as a Codex user would run it.
 //!
 //! `codex app-server` (the pinned npm package's linux-x64 binary, private CODEX_HOME) registers
-//! an exec-server with `environment/add {environmentId, execServerUrl}`, starts a thread in a
+//! an exec-server with `environment/add {environmentId, execServerUrl}` (the messages
+//! docs/exec-server.md gives an agent host, read from it), starts a thread in a
 //! workspace of that environment and runs turns whose "model" is a loopback stand-in scripting
 //! the tool calls a model makes: `exec_command`, `write_stdin`, `apply_patch` (add, update,
 //! delete) and `view_image`, under Codex's default sandbox (`workspace-write`) and `read-only`.
@@ -55,6 +56,16 @@ fn codex_client_drives_its_own_exec_server() {
         let report = scenario(Target::Reference, work);
         let failing: Vec<&str> = report.failing().collect();
         assert!(failing.is_empty(), "the reference run failed: {failing:?}");
+    });
+}
+
+/// The Codex CLI pointed at `cleanroom serve` with `CODEX_EXEC_SERVER_URL`, by the bash recipe
+/// of docs/exec-server.md ("Use it with Codex") run as written (`codex/docs.rs`).
+#[test]
+fn codex_cli_reaches_cleanroom_serve_as_the_docs_say() {
+    let name = "codex_cli_reaches_cleanroom_serve_as_the_docs_say";
+    codex::isolation::run_isolated(name, |work| {
+        runtime().block_on(codex::docs::follow_the_cli_recipe(work))
     });
 }
 

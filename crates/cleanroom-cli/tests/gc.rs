@@ -8,7 +8,9 @@
 //!   no, malformed, foreign, hard-linked or symlinked markers, other owners; each is reported as
 //!   foreign with the reason;
 //! - ownership and death are judged right: reused pid and another boot are stale, a live owner
-//!   and another pid namespace are live, kept roots wait for `gc --kept`;
+//!   and another pid namespace are live, kept roots wait for `gc --kept`; a live pid that does
+//!   not hold a published root's lock is not its owner (a run that forged its own marker and
+//!   killed its runner is still reclaimed; while its runner lives, it stays live);
 //! - a dead run's orphans are killed only when every entry of its run id is provably dead, never
 //!   those of a kept root (even holding its lock) by a plain gc; a lock held outside the run
 //!   keeps its root; only a pending skeleton of empty layout directories goes without a marker;
@@ -19,7 +21,9 @@
 //! - hundreds of stale roots are all reclaimed under a low descriptor limit;
 //! - `--dry-run` changes nothing; `--json` and `list --json/--sizes` report every field and state;
 //! - the removal walk handles trees deeper than PATH_MAX, leaves bind mounts (and what they
-//!   show) in place, and removes symlinks and hard links without touching their targets.
+//!   show) in place, and removes symlinks and hard links without touching their targets;
+//! - what a command leaves in `locks/` (writable to every protected command) is shown by `list`
+//!   with its size and removed by `gc`, without following links, while a held lock's files stay.
 //!
 //! Every test owns a private state directory on tmpfs; root-only cases (chattr, mounts, other
 //! uids, cgroups) fail with a message naming what they need when not run as root (CI runs as
@@ -60,10 +64,14 @@ fn kill_runner_of(sandbox: &Sandbox, extra: &[&str], script: &str, min: usize) -
     let runner = child.id() as i32;
     let mut reaper = Reaper::of(child);
     let root = wait_for_root(sandbox);
-    let up = wait_until(Duration::from_secs(10), || {
-        root.join("home/up").exists() && descendants(runner).len() >= min
+    // The watchdog too must be up, titled (it writes its title after the fork, when first
+    // scheduled): one not yet titled would not be stopped below, and would do gc's work.
+    let up = wait_until(Duration::from_secs(60), || {
+        root.join("home/up").exists()
+            && descendants(runner).len() >= min
+            && !twins_of(runner).is_empty()
     });
-    assert!(up, "the run's processes did not start");
+    assert!(up, "the run's processes and its watchdog did not start");
     let twins = twins_of(runner);
     let processes: Vec<Owner> = descendants(runner)
         .into_iter()
@@ -174,6 +182,131 @@ fn sigkilled_runner_in_a_cgroup_is_reclaimed_with_its_cgroup() {
     assert!(!Path::new(cgroup).exists(), "the run's cgroup is left");
     assert_eq!(processes_with(&crashed.marker), vec![]);
     assert!(crashed.processes.iter().all(|p| !is_alive(*p)));
+}
+
+/// `sh -c FORGE_SCRIPT TAG MODE`: the run's command rewrites its own root's marker so that its
+/// owner is pid 1 (with pid 1's real start time: a live process) and writes `$HOME/forged`;
+/// then, with MODE `kill`, it SIGKILLs its runner (the marker's owner before) and sleeps; with
+/// MODE `wait`, it waits for `$HOME/go` and exits 0. It exits 9 if it cannot forge the marker.
+const FORGE_SCRIPT: &str = r#"python3 - "$CLEANROOM_ROOT/cleanroom-root.json" "$1" <<'EOF' || exit 9
+import json, os, signal, sys
+path, mode = sys.argv[1], sys.argv[2]
+with open(path) as f:
+    marker = json.load(f)
+runner = marker["owner"]["pid"]
+stat = open("/proc/1/stat").read()
+marker["owner"] = {"pid": 1, "start_time": int(stat[stat.rindex(")") + 2:].split()[19])}
+with open(path, "w") as f:
+    f.write(json.dumps(marker) + "\n")
+open(os.path.join(os.environ["HOME"], "forged"), "w").close()
+if mode == "kill":
+    os.kill(runner, signal.SIGKILL)
+EOF
+if [ "$1" = kill ]; then sleep 300; fi
+while [ ! -e "$HOME/go" ]; do sleep 0.05; done"#;
+
+/// Starts `cleanroom run --contain CONTAIN -- sh -c FORGE_SCRIPT TAG MODE` and waits for its
+/// root: the tag, the reaper holding the runner, the root and its name.
+fn start_forging_run(
+    sandbox: &Sandbox,
+    contain: &str,
+    mode: &str,
+) -> (String, Reaper, std::path::PathBuf, String) {
+    let tag = unique("forged");
+    let args = [
+        "--contain",
+        contain,
+        "--",
+        "sh",
+        "-c",
+        FORGE_SCRIPT,
+        &tag,
+        mode,
+    ];
+    let reaper = Reaper::of(spawn_run(sandbox, &args));
+    let root = wait_for_root(sandbox);
+    let name = root.file_name().unwrap().to_str().unwrap().to_string();
+    (tag, reaper, root, name)
+}
+
+#[test]
+fn a_run_that_forges_its_marker_to_a_live_pid_and_kills_its_runner_is_still_reclaimed() {
+    // Review s2, finding 2: the command may write its own root's marker and kill its runner
+    // (same uid). The marker then names pid 1, alive forever; but pid 1 does not hold the
+    // root's lock, so it is not the root's owner, and gc reclaims the root and its cgroup.
+    for (sandbox, contain) in rungs() {
+        let (tag, mut reaper, root, name) = start_forging_run(&sandbox, contain, "kill");
+        let status = reaper.child.as_mut().unwrap().wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "{contain}: the command did not kill its runner: {status:?}"
+        );
+        let marker: serde_json::Value =
+            serde_json::from_slice(&fs::read(root.join(MARKER)).unwrap()).unwrap();
+        assert_eq!(marker["owner"]["pid"], 1, "{contain}: {marker}");
+        let cgroup = marker["cgroup"].as_str().map(std::path::PathBuf::from);
+        assert_eq!(cgroup.is_some(), contain == "cgroup", "{contain}: {marker}");
+        // The watchdog kills the run when its runner dies; gc kills whatever it missed.
+        let (state, reason) = sandbox.state_of(&name);
+        assert_eq!(state, "stale", "{contain}: {reason}");
+        assert!(
+            reason.contains("owner pid 1 is alive but does not hold the root's lock"),
+            "{contain}: {reason}"
+        );
+        let (summary, code) = sandbox.gc_json(&[]);
+        assert_eq!(code, 0, "{contain}: {summary}");
+        assert_eq!(removed_names(&summary), vec![name], "{contain}: {summary}");
+        assert!(!root.exists(), "{contain}");
+        if let Some(cgroup) = cgroup {
+            assert!(
+                !cgroup.exists(),
+                "the run's cgroup is left: {}",
+                cgroup.display()
+            );
+        }
+        assert!(
+            wait_until(Duration::from_secs(10), || processes_with(&tag).is_empty()),
+            "{contain}: the run's processes survived gc: {:?}",
+            processes_with(&tag)
+        );
+        assert_eq!(sandbox.names(), Vec::<String>::new(), "{contain}");
+    }
+}
+
+#[test]
+fn a_live_run_that_forges_its_marker_to_a_live_pid_stays_live_and_still_ends_clean() {
+    // While the runner holds the root's lock, the forged owner changes nothing: gc leaves the
+    // root alone, and the run removes it at its end as always.
+    for (sandbox, contain) in rungs() {
+        let (tag, mut reaper, root, name) = start_forging_run(&sandbox, contain, "wait");
+        assert!(
+            wait_until(Duration::from_secs(60), || root
+                .join("home/forged")
+                .exists()),
+            "{contain}: the command did not forge its marker"
+        );
+        let (state, reason) = sandbox.state_of(&name);
+        assert_eq!(state, "live", "{contain}: {reason}");
+        assert_eq!(reason, "owner pid 1 is alive", "{contain}");
+        for _ in 0..3 {
+            let (summary, code) = sandbox.gc_json(&[]);
+            assert_eq!(code, 0, "{contain}: {summary}");
+            assert_eq!(summary["removed"], 0, "{contain}: {summary}");
+            assert_eq!(summary["skipped_live"], 1, "{contain}: {summary}");
+            assert!(root.join("home/forged").exists(), "{contain}");
+        }
+        let go = root.join("home/go");
+        fs::write(&go, "").unwrap();
+        if let Some(uid) = sandbox.user {
+            chown(&go, uid);
+        }
+        let out = reaper.child.take().unwrap().wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{contain}: {out:?}");
+        assert!(!root.exists(), "{contain}");
+        assert_eq!(processes_with(&tag), vec![], "{contain}");
+        assert_eq!(sandbox.names(), Vec::<String>::new(), "{contain}");
+    }
 }
 
 #[test]
@@ -311,11 +444,19 @@ fn foreign_directories_are_reported_with_their_reason_and_never_touched() {
     add(spec.name(), "marker is not a regular file");
 
     let spec = RootSpec {
+        version: 3,
+        ..RootSpec::stale(&sandbox)
+    };
+    spec.create(&sandbox);
+    add(spec.name(), "unknown marker version 3");
+
+    // Version 2 is known, but only with the field it adds (`kept`).
+    let spec = RootSpec {
         version: 2,
         ..RootSpec::stale(&sandbox)
     };
     spec.create(&sandbox);
-    add(spec.name(), "unknown marker version 2");
+    add(spec.name(), "version 2 without `kept`");
 
     let spec = RootSpec::stale(&sandbox);
     let other = RootSpec::stale(&sandbox);
@@ -420,10 +561,10 @@ fn reused_pid_with_another_start_time_is_stale_and_reclaimed() {
 }
 
 #[test]
-fn live_owner_and_other_pid_namespace_are_live_and_untouched() {
+fn owners_in_sight_or_not_are_live_while_they_hold_their_roots_lock() {
     let sandbox = Sandbox::new();
     let alive = RootSpec::stale(&sandbox).owned_by(own_process());
-    alive.create(&sandbox);
+    let _held = hold_as_owner(&alive.create(&sandbox));
     let other_ns = RootSpec {
         host: HostInfo {
             pid_ns: host_now().pid_ns + 1,
@@ -431,7 +572,7 @@ fn live_owner_and_other_pid_namespace_are_live_and_untouched() {
         },
         ..RootSpec::stale(&sandbox)
     };
-    other_ns.create(&sandbox);
+    let held_ns = hold_as_owner(&other_ns.create(&sandbox));
     let other_host = RootSpec {
         host: HostInfo {
             hostname: "another-machine".into(),
@@ -439,7 +580,7 @@ fn live_owner_and_other_pid_namespace_are_live_and_untouched() {
         },
         ..RootSpec::stale(&sandbox)
     };
-    other_host.create(&sandbox);
+    let held_host = hold_as_owner(&other_host.create(&sandbox));
     let before = snapshot(&sandbox.ns);
     let (state, reason) = sandbox.state_of(&alive.name());
     assert_eq!(state, "live", "{reason}");
@@ -454,6 +595,53 @@ fn live_owner_and_other_pid_namespace_are_live_and_untouched() {
     assert_eq!(summary["skipped_live"], 3, "{summary}");
     assert_eq!(summary["removed"], 0, "{summary}");
     assert_eq!(before, snapshot(&sandbox.ns));
+    // An owner out of sight (another pid namespace or UTS name on this kernel) holds its root's
+    // lock like any other: with the lock free, the record is not its owner's (a run that forged
+    // its own marker's host to pin its root).
+    drop((held_ns, held_host));
+    for spec in [&other_ns, &other_host] {
+        let (state, reason) = sandbox.state_of(&spec.name());
+        assert_eq!(state, "stale", "{reason}");
+        assert!(reason.contains("does not hold the root's lock"), "{reason}");
+    }
+    let (summary, code) = sandbox.gc_json(&[]);
+    assert_eq!(code, 0, "{summary}");
+    assert_eq!(summary["removed"], 2, "{summary}");
+}
+
+#[test]
+fn a_live_pid_that_does_not_hold_its_roots_lock_is_not_its_owner() {
+    // A live owner holds its root's shared lock for the root's whole life: a marker naming a
+    // live process while the lock is free is a lie (a run that forged its own marker), and the
+    // root is reclaimed as a dead owner's. A kept root stays kept.
+    let sandbox = Sandbox::new();
+    let me = own_process();
+    let forged = RootSpec::stale(&sandbox).owned_by(me);
+    let root = forged.create(&sandbox);
+    let kept = RootSpec {
+        keep: true,
+        ..RootSpec::stale(&sandbox).owned_by(me)
+    };
+    let kept_root = kept.create(&sandbox);
+    let (state, reason) = sandbox.state_of(&forged.name());
+    assert_eq!(state, "stale", "{reason}");
+    assert_eq!(
+        reason,
+        format!(
+            "owner pid {} is alive but does not hold the root's lock: not its owner",
+            me.pid
+        )
+    );
+    assert_eq!(sandbox.state_of(&kept.name()).0, "kept");
+    let (summary, code) = sandbox.gc_json(&[]);
+    assert_eq!(code, 0, "{summary}");
+    assert_eq!(removed_names(&summary), vec![forged.name()]);
+    assert!(!root.exists());
+    assert!(kept_root.exists());
+    assert!(is_alive(me));
+    let (summary, code) = sandbox.gc_json(&["--kept"]);
+    assert_eq!(code, 0, "{summary}");
+    assert_eq!(removed_names(&summary), vec![kept.name()]);
 }
 
 #[test]
@@ -472,6 +660,35 @@ fn marker_from_another_boot_is_stale_even_if_its_pid_is_alive_now() {
     assert_eq!(code, 0, "{summary}");
     assert_eq!(removed_names(&summary), vec![spec.name()]);
     assert!(!root.exists());
+}
+
+#[test]
+fn a_marker_naming_a_pid_no_process_can_have_is_foreign_and_its_root_stays() {
+    // A pid_t is an i32: -1 (every process, to kill(2)), 0 (the caller's group) and values
+    // beyond it are forged. Such a marker proves nothing, so its root is foreign, not stale,
+    // and gc leaves it.
+    let sandbox = Sandbox::new();
+    for pid in [-1i64, 0, 2_147_483_648, 4_294_967_295] {
+        let spec = RootSpec::stale(&sandbox);
+        let root = spec.create(&sandbox);
+        let mut marker: serde_json::Value = serde_json::from_str(&spec.marker_json()).unwrap();
+        marker["owner"]["pid"] = pid.into();
+        fs::remove_file(root.join(MARKER)).unwrap();
+        write_private(&root.join(MARKER), &marker.to_string());
+        if let Some(uid) = sandbox.user {
+            chown(&root.join(MARKER), uid);
+        }
+        let (state, reason) = sandbox.state_of(&spec.name());
+        assert_eq!(state, "foreign", "pid {pid}: {reason}");
+        assert!(
+            reason.contains("marker is not valid"),
+            "pid {pid}: {reason}"
+        );
+        let (summary, code) = sandbox.gc_json(&[]);
+        assert_eq!(code, 0, "{summary}");
+        assert_eq!(summary["removed"], 0, "pid {pid}: {summary}");
+        assert!(root.join(MARKER).exists(), "pid {pid}");
+    }
 }
 
 #[test]
@@ -519,7 +736,8 @@ fn removal_failing_part_way_is_reported_and_finished_by_the_next_gc() {
     let spec = RootSpec::stale(&sandbox);
     let root = spec.create(&sandbox);
     fs::write(root.join("home/pinned"), "immutable\n").unwrap();
-    let immutable = ImmutableGuard::set(&root.join("home/pinned"));
+    let immutable =
+        ImmutableGuard::pin(&root.join("home/pinned"), &sandbox.outside(&unique("pin")));
     let trash = sandbox.ns.join(format!(".trash-{}", spec.name()));
 
     let out = sandbox.output(&["gc"]);
@@ -611,9 +829,10 @@ fn dry_run_changes_nothing_and_json_reports_every_field() {
     for spec in &stale {
         spec.create(&sandbox);
     }
-    RootSpec::stale(&sandbox)
+    let live = RootSpec::stale(&sandbox)
         .owned_by(own_process())
         .create(&sandbox);
+    let _held = hold_as_owner(&live);
     fs::create_dir(sandbox.ns.join("not-ours")).unwrap();
     // A process still tagged with a stale run's id, as a crashed runner leaves it.
     let tag = unique("tagged");
@@ -658,6 +877,7 @@ fn dry_run_changes_nothing_and_json_reports_every_field() {
         ("bytes_freed", "number"),
         ("killed", "array"),
         ("removed_names", "array"),
+        ("locks_removed", "array"),
         ("dry_run", "bool"),
     ] {
         let v = &summary[field];
@@ -723,7 +943,7 @@ fn dry_run_changes_nothing_and_json_reports_every_field() {
 fn list_shows_every_state_with_sizes() {
     let sandbox = Sandbox::new();
     let live = RootSpec::stale(&sandbox).owned_by(own_process());
-    live.create(&sandbox);
+    let _held = hold_as_owner(&live.create(&sandbox));
     let stale = RootSpec::stale(&sandbox);
     stale.create(&sandbox);
     let kept = RootSpec {
@@ -1091,7 +1311,8 @@ while [ ! -e "$HOME/go" ]; do sleep 0.05; done; exit {status}"#
     let root = wait_for_root(sandbox);
     let ready = wait_until(Duration::from_secs(10), || root.join("home/ready").exists());
     assert!(ready, "the run did not start");
-    let immutable = ImmutableGuard::set(&root.join("home/pinned"));
+    let immutable =
+        ImmutableGuard::pin(&root.join("home/pinned"), &sandbox.outside(&unique("pin")));
     fs::write(root.join("home/go"), "").unwrap();
     let out = reaper.child.take().unwrap().wait_with_output().unwrap();
     let report: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
@@ -1256,6 +1477,183 @@ fn a_forged_trash_entry_never_kills_the_live_run_it_names() {
     }
 }
 
+/// The command stops its own watchdog (SIGSTOP, same uid), then its runner is SIGKILLed: the
+/// stopped watchdog never wakes to kill the run, and it would stay `T` forever. gc, which kills
+/// what the dead run left, kills its watchdog too (named in `killed`; `--dry-run` only names
+/// it), on the cgroup and session rungs and unprivileged.
+#[test]
+fn a_dead_runs_stopped_watchdog_is_killed_by_gc() {
+    stopped_watchdog_of_a_dead_run_is_killed_by_gc(false);
+}
+
+/// The same with `--keep-root`: a plain gc keeps the directory, not the processes: the stopped
+/// watchdog and the orphans of the dead run are killed and the root stays until `gc --kept`.
+#[test]
+fn a_kept_root_keeps_its_directory_but_gc_kills_what_its_dead_run_left() {
+    stopped_watchdog_of_a_dead_run_is_killed_by_gc(true);
+}
+
+fn stopped_watchdog_of_a_dead_run_is_killed_by_gc(keep: bool) {
+    let script = r#"for i in $(seq 1 1000); do
+  wd=$(pgrep -f "^cleanroom watchdog $CLEANROOM_RUN_ID") && break
+  sleep 0.01
+done
+kill -STOP $wd
+echo $wd > "$HOME/wd"
+echo up > "$HOME/up"
+sleep 300"#;
+    for (sandbox, contain) in rungs() {
+        let mut args = vec!["--contain", contain];
+        if keep {
+            args.push("--keep-root");
+        }
+        args.extend(["--", "sh", "-c", script]);
+        let child = spawn_run(&sandbox, &args);
+        let mut reaper = Reaper::of(child);
+        let root = wait_for_root(&sandbox);
+        assert!(
+            wait_until(Duration::from_secs(10), || root.join("home/up").exists()),
+            "{contain}: the command did not start"
+        );
+        let pid: i32 = fs::read_to_string(root.join("home/wd"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let watchdog = Owner {
+            pid,
+            start_time: start_time(pid).unwrap(),
+        };
+        let runner = reaper.child.as_ref().unwrap().id() as i32;
+        reaper.processes = descendants(runner);
+        assert!(
+            reaper.processes.contains(&watchdog),
+            "{contain}: not the runner's child"
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || state(pid) == Some('T')),
+            "{contain}: the watchdog was not stopped"
+        );
+        let child = reaper.child.as_mut().unwrap();
+        child.kill().unwrap(); // SIGKILL to the runner alone
+        child.wait().unwrap();
+        let killed = |summary: &serde_json::Value| {
+            summary["killed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k["pid"] == pid && k["start_time"] == watchdog.start_time)
+        };
+        let (summary, status) = sandbox.gc_json(&["--dry-run"]);
+        assert_eq!(status, 0, "{contain}: {summary}");
+        assert!(killed(&summary), "{contain}: not named: {summary}");
+        assert_eq!(state(pid), Some('T'), "{contain}: the dry run changed it");
+        let (summary, status) = sandbox.gc_json(&[]);
+        assert_eq!(status, 0, "{contain}: {summary}");
+        let (removed, kept) = if keep { (0, 1) } else { (1, 0) };
+        assert_eq!(summary["removed"], removed, "{contain}: {summary}");
+        assert_eq!(summary["kept"], kept, "{contain}: {summary}");
+        assert!(killed(&summary), "{contain}: not named: {summary}");
+        assert!(
+            wait_until(Duration::from_secs(10), || !is_alive(watchdog)),
+            "{contain}: the stopped watchdog {pid} outlived gc"
+        );
+        let left: Vec<Owner> = reaper
+            .processes
+            .iter()
+            .copied()
+            .filter(|p| is_alive(*p))
+            .collect();
+        assert!(left.is_empty(), "{contain}: left after gc: {left:?}");
+        if keep {
+            assert!(
+                root.join("home/up").exists(),
+                "{contain}: the kept root went"
+            );
+            let (summary, status) = sandbox.gc_json(&[]);
+            assert_eq!(status, 0, "{contain}: {summary}");
+            assert_eq!(
+                summary["killed"],
+                serde_json::json!([]),
+                "{contain}: {summary}"
+            );
+            let (summary, status) = sandbox.gc_json(&["--kept"]);
+            assert_eq!(status, 0, "{contain}: {summary}");
+            assert_eq!(summary["removed"], 1, "{contain}: {summary}");
+        }
+        assert_eq!(sandbox.names(), Vec::<String>::new(), "{contain}");
+    }
+}
+
+/// A watchdog stopped while its runner lives belongs to a live run: even when gc is made to
+/// judge that run dead (its run id forged into another state directory with a dead owner, and
+/// no process of the run carrying the tag that would tell), the watchdog holds a pidfd on its
+/// parent, the live runner, and is left alone; the runner notices and ends it.
+#[test]
+fn a_live_runs_stopped_watchdog_is_never_killed_by_gc() {
+    for (sandbox, contain) in rungs() {
+        let child = spawn_run(
+            &sandbox,
+            &["--contain", contain, "--", "env", "-i", "sleep", "300"],
+        );
+        let mut reaper = Reaper::of(child);
+        let root = wait_for_root(&sandbox);
+        let runner = reaper.child.as_ref().unwrap().id() as i32;
+        let mut watchdogs = Vec::new();
+        let started = wait_until(Duration::from_secs(10), || {
+            watchdogs = twins_of(runner);
+            watchdogs.len() == 1 && descendants(runner).len() == 2
+        });
+        assert!(started, "{contain}: the run did not start");
+        reaper.processes = descendants(runner);
+        signal_all(&watchdogs, rustix::process::Signal::STOP);
+        assert!(wait_until(Duration::from_secs(10), || state(
+            watchdogs[0].pid
+        ) == Some('T')));
+        let live: serde_json::Value =
+            serde_json::from_slice(&fs::read(root.join(MARKER)).unwrap()).unwrap();
+        let elsewhere = if sandbox.user.is_some() {
+            Sandbox::for_nobody()
+        } else {
+            Sandbox::new()
+        };
+        let forged = RootSpec {
+            run_id: live["run_id"].as_str().unwrap().to_string(),
+            ..RootSpec::stale(&elsewhere)
+        };
+        forged.create(&elsewhere);
+        let (summary, status) = elsewhere.gc_json(&[]);
+        assert_eq!(status, 0, "{contain}: {summary}");
+        assert_eq!(
+            summary["killed"],
+            serde_json::json!([]),
+            "{contain}: {summary}"
+        );
+        assert!(
+            is_alive(watchdogs[0]),
+            "{contain}: the live run's watchdog was killed"
+        );
+        assert_eq!(state(watchdogs[0].pid), Some('T'), "{contain}");
+        // The run goes on; its command ends and the runner ends its stopped watchdog.
+        let command: Vec<Owner> = descendants(runner)
+            .into_iter()
+            .filter(|p| !watchdogs.contains(p))
+            .collect();
+        signal_all(&command, rustix::process::Signal::KILL);
+        let out = reaper.child.take().unwrap().wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(137), "{contain}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("was stopped"),
+            "{contain}: {out:?}"
+        );
+        assert!(
+            !is_alive(watchdogs[0]),
+            "{contain}: the runner left its watchdog"
+        );
+        assert_eq!(sandbox.names(), Vec::<String>::new(), "{contain}");
+    }
+}
+
 #[test]
 fn a_trash_entry_whose_marker_names_another_run_is_foreign_and_kills_nothing() {
     let sandbox = Sandbox::new();
@@ -1382,7 +1780,8 @@ fn a_stuck_leftover_costs_one_attempt_then_runs_skip_it_until_gc() {
     let spec = RootSpec::stale(&sandbox);
     let root = spec.create(&sandbox);
     fs::write(root.join("home/pinned"), "immutable\n").unwrap();
-    let immutable = ImmutableGuard::set(&root.join("home/pinned"));
+    let immutable =
+        ImmutableGuard::pin(&root.join("home/pinned"), &sandbox.outside(&unique("pin")));
     let trash = format!(".trash-{}", spec.name());
 
     let (out, first) = run_with_report(&sandbox, &["--", "true"]);
@@ -1623,6 +2022,95 @@ fn list_has_a_header_and_escapes_names_commands_and_reasons() {
     }
 }
 
+/// `list --json` never loses a name: names that are not UTF-8 keep `name` (with U+FFFD) and
+/// carry their bytes in `name_bytes`, so two of them never come out the same; a state directory
+/// whose path is not UTF-8 is listed (with `state_dir_bytes`) instead of crashing the listing.
+#[test]
+fn list_json_gives_every_name_without_loss() {
+    let sandbox = Sandbox::new();
+    let spec = RootSpec::stale(&sandbox);
+    spec.create(&sandbox);
+    for name in [&b"bytes-\xff"[..], b"bytes-\xfe", b"plain-\xc3\xa9"] {
+        fs::create_dir(sandbox.ns.join(std::ffi::OsStr::from_bytes(name))).unwrap();
+    }
+    let out = sandbox.output(&["list", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entries = listing["entries"].as_array().unwrap();
+    let find = |bytes: &[u8]| {
+        entries
+            .iter()
+            .find(|e| {
+                let exact =
+                    e["name"].as_str().unwrap().as_bytes() == bytes && e["name_bytes"].is_null();
+                let listed: Option<Vec<u8>> = e["name_bytes"]
+                    .as_array()
+                    .map(|b| b.iter().map(|n| n.as_u64().unwrap() as u8).collect());
+                exact || listed.as_deref() == Some(bytes)
+            })
+            .unwrap_or_else(|| panic!("{bytes:?} not listed: {listing}"))
+    };
+    let ff = find(b"bytes-\xff");
+    let fe = find(b"bytes-\xfe");
+    assert_eq!(ff["name"], "bytes-\u{fffd}");
+    assert_eq!(fe["name"], "bytes-\u{fffd}");
+    assert_ne!(ff["name_bytes"], fe["name_bytes"]);
+    assert_eq!(
+        find("plain-\u{e9}".as_bytes())["name_bytes"],
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        find(spec.name().as_bytes())["name_bytes"],
+        serde_json::Value::Null
+    );
+    assert_eq!(listing["state_dir"], sandbox.ns.to_str().unwrap());
+    assert_eq!(listing["state_dir_bytes"], serde_json::Value::Null);
+
+    let odd = sandbox
+        .outside("")
+        .join(std::ffi::OsStr::from_bytes(b"ns-\xff"));
+    fs::create_dir(&odd).unwrap();
+    fs::set_permissions(&odd, fs::Permissions::from_mode(0o700)).unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("--state-dir")
+        .arg(&odd)
+        .args(["list", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bytes: Vec<u8> = listing["state_dir_bytes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listing}"))
+        .iter()
+        .map(|n| n.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(bytes, odd.as_os_str().as_bytes());
+}
+
+/// `list` of a state directory that does not exist says so on stderr (and still prints an
+/// empty listing, exit 0): an empty table alone reads as "nothing is left here".
+#[test]
+fn list_of_a_state_dir_that_does_not_exist_says_so() {
+    let sandbox = Sandbox::new();
+    let missing = sandbox.outside("no-such-ns");
+    for args in [&["list"][..], &["list", "--json"]] {
+        let out = std::process::Command::new(bin())
+            .arg("--state-dir")
+            .arg(&missing)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{} does not exist", missing.display())),
+            "{args:?}: {stderr}"
+        );
+        assert!(!missing.exists(), "{args:?} created it");
+    }
+}
+
 #[test]
 fn gc_prints_a_summary_and_each_removed_root_only_with_verbose() {
     let sandbox = Sandbox::new();
@@ -1761,7 +2249,7 @@ fn orphans_are_killed_only_when_every_entry_of_their_run_is_provably_dead() {
     // that are all provably dead (owner gone, lock free) protect nothing.
     let sandbox = Sandbox::new();
     let alive = RootSpec::stale(&sandbox).owned_by(own_process());
-    alive.create(&sandbox);
+    let _held = hold_as_owner(&alive.create(&sandbox));
     let alive_trash = format!(".trash-{}", alive.name());
     RootSpec {
         run_id: alive.run_id.clone(),
@@ -1796,9 +2284,11 @@ fn orphans_are_killed_only_when_every_entry_of_their_run_is_provably_dead() {
 }
 
 #[test]
-fn a_kept_roots_lock_held_by_its_orphan_waits_for_gc_kept_but_a_kept_quarantine_does_not() {
-    // Plain gc never kills what a `--keep-root` run left, even the process holding its lock; a
-    // quarantined root is half removed, kept or not, so its orphan is killed and it is finished.
+fn a_kept_roots_lock_held_by_its_orphan_keeps_the_root_not_the_orphan() {
+    // A plain gc keeps a `--keep-root` run's directory untouched, but not what its dead run
+    // left, even the process holding its lock; the root waits for `gc --kept`. A quarantined
+    // root is half removed, kept or not, so its orphan is killed and it is finished. `list`
+    // kills nothing.
     let sandbox = Sandbox::new();
     let kept = RootSpec {
         keep: true,
@@ -1828,20 +2318,21 @@ fn a_kept_roots_lock_held_by_its_orphan_waits_for_gc_kept_but_a_kept_quarantine_
     );
     let age = entry["age_secs"].as_u64().unwrap();
     assert!((7200..7260).contains(&age), "{entry}");
+    assert!(alive(kept_holder), "list killed a kept run's process");
     let before = snapshot(&kept_root);
     let (summary, status) = sandbox.gc_json(&[]);
     assert_eq!(status, 0, "{summary}");
     assert_eq!(removed_names(&summary), vec![trash_name], "{summary}");
     assert!(!alive(trash_holder), "{summary}");
     assert!(
-        alive(kept_holder),
-        "plain gc killed a kept run's process: {summary}"
+        wait_until(Duration::from_secs(10), || !alive(kept_holder)),
+        "plain gc left a dead kept run's orphan: {summary}"
     );
+    assert_eq!(summary["kept"], 1, "{summary}");
     assert_eq!(before, snapshot(&kept_root));
     let (summary, status) = sandbox.gc_json(&["--kept"]);
     assert_eq!(status, 0, "{summary}");
     assert_eq!(removed_names(&summary), vec![kept.name()], "{summary}");
-    assert!(!alive(kept_holder), "{summary}");
 }
 
 #[test]
@@ -1871,4 +2362,190 @@ fn a_lock_held_outside_a_dead_run_keeps_its_root_though_the_run_left_processes()
         "the dead run's orphan survived: {summary}"
     );
     assert_eq!(before, snapshot(&root));
+}
+
+/// Review s2 finding 3: a command may write anything into the user lock directory. `list` shows
+/// its size, `gc` removes what cannot be lock state (and the files of locks nobody holds), never
+/// what a live holder published nor a symbolic link's target, and lock names that junk had made
+/// unusable (`x.lock` a directory, `y.lock` a symbolic link) work again. Root and nobody.
+#[test]
+fn gc_removes_what_a_command_left_in_locks_and_keeps_a_held_lock() {
+    let mut sandboxes = vec![common::Sandbox::new("gc-locks")];
+    if common::root_or_skip("the unprivileged case (a run as nobody)") {
+        sandboxes.push(common::Sandbox::as_user("gc-locks-nobody", common::NOBODY));
+    }
+    for sandbox in sandboxes {
+        gc_sweeps_locks(&sandbox);
+    }
+}
+
+fn gc_sweeps_locks(sandbox: &common::Sandbox) {
+    let scratch = sandbox.scratch();
+    let victim = scratch.join("victim");
+    fs::write(&victim, "keep me\n").unwrap();
+    let (held, release) = (scratch.join("held"), scratch.join("release"));
+    let holder = sandbox
+        .command(&[
+            "run",
+            "--exclusive",
+            "keep",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+                held.display(),
+                release.display()
+            ),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || held.exists()),
+        "the holder never started"
+    );
+    let junk = format!(
+        r#"set -e; L=$(dirname "$CLEANROOM_ROOT")/locks; U=$(id -u)
+        mkdir "$L/x.lock"; ln -s '{victim}' "$L/y.lock"; mkdir -p "$L/jd/sub"; echo f > "$L/jd/sub/f"
+        dd if=/dev/zero of="$L/big" bs=64k count=16 2>/dev/null; ln "$L/big" "$L/h.lock"
+        for i in $(seq 50); do : > "$L/j$i"; done; echo data > "$L/d.lock"; mkfifo "$L/z.owner.$U.json"
+        : > "$L/free.lock"; echo '{{}}' > "$L/free.owner.$U.json"; echo stale > "$L/free.token.$U""#,
+        victim = victim.display()
+    );
+    sandbox.run(&[], &["sh", "-c", &junk]).assert_status(0);
+    for (name, says) in [("x", "not a regular file"), ("y", "symbolic link")] {
+        let refused = sandbox.run(&["--exclusive", name], &["true"]);
+        refused.assert_status(125);
+        assert!(refused.stderr.contains(says), "{}", refused.stderr);
+        assert!(
+            refused.stderr.contains("`cleanroom gc` removes it"),
+            "{}",
+            refused.stderr
+        );
+    }
+    let list = sandbox.command(&["list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    let locks_line = list.lines().find(|l| l.starts_with("locks")).expect(&list);
+    assert!(
+        locks_line.contains("KiB") || locks_line.contains("MiB"),
+        "{list}"
+    );
+    assert!(locks_line.contains("`cleanroom gc` removes them"), "{list}");
+    let gc = sandbox.command(&["gc", "--json"]).output().unwrap();
+    let text = String::from_utf8_lossy(&gc.stdout);
+    assert!(
+        gc.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let removed = summary["locks_removed"].as_array().expect(&text);
+    for name in [
+        "x.lock",
+        "y.lock",
+        "jd",
+        "big",
+        "h.lock",
+        "j7",
+        "d.lock",
+        "free.token.",
+        "z.owner.",
+    ] {
+        assert!(
+            removed
+                .iter()
+                .any(|r| r.as_str().unwrap().starts_with(&format!("locks/{name}"))),
+            "{name} not in {text}"
+        );
+    }
+    let uid = fs::metadata(sandbox.state())
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap();
+    let mut left: Vec<String> = fs::read_dir(sandbox.state().join("locks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let expected = [
+        "free.lock".to_string(),
+        "keep.lock".into(),
+        format!("keep.owner.{uid}.json"),
+        format!("keep.token.{uid}"),
+    ];
+    assert_eq!(left, expected);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "keep me\n");
+    for name in ["x", "y"] {
+        sandbox
+            .run(&["--exclusive", name], &["true"])
+            .assert_status(0);
+    }
+    // The holder still holds `keep`: nobody else gets it.
+    let waiter = sandbox.run(
+        &["--exclusive", "keep", "--lock-timeout", "200ms"],
+        &["true"],
+    );
+    waiter.assert_status(125);
+    fs::write(&release, "").unwrap();
+    sandbox.assert_runner_succeeds(holder, Duration::from_secs(30));
+    sandbox.assert_namespace_holds_only(&["locks"]);
+}
+
+/// gc's sweep of `locks/` never reaches through a mount: a directory of the same filesystem
+/// bound onto an entry there, or onto `locks/` itself, keeps every file (a bind mount shares
+/// the device; only its mount id tells it from a plain directory). Nor does it remove another
+/// user's lock file there.
+#[test]
+fn gc_never_sweeps_through_a_mount_in_or_on_the_lock_directory() {
+    if !common::root_or_skip("bind mounts in a mount namespace of the test's own") {
+        return;
+    }
+    let sandbox = common::Sandbox::new("gc-locks-mount");
+    sandbox.run(&[], &["true"]).assert_status(0);
+    let locks = sandbox.state().join("locks");
+    let foreign = locks.join("other.lock");
+    fs::write(&foreign, "").unwrap();
+    std::os::unix::fs::chown(&foreign, Some(common::NOBODY), Some(common::NOBODY)).unwrap();
+    let gc = sandbox.command(&["gc"]).output().unwrap();
+    assert!(foreign.exists(), "{}", String::from_utf8_lossy(&gc.stderr));
+    fs::remove_file(&foreign).unwrap();
+    let victim = sandbox.scratch().join("victim");
+    fs::create_dir_all(victim.join("sub")).unwrap();
+    // Private, as a lock directory must be, so only the mount tells it from one.
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o700)).unwrap();
+    let files = ["keep.txt", "sub/deep.txt", "db.owner.0.json", "db.token.0"];
+    for file in files {
+        fs::write(victim.join(file), "keep").unwrap();
+    }
+    fs::create_dir(locks.join("junk")).unwrap();
+    for target in [locks.join("junk"), locks.clone()] {
+        let script = format!(
+            "mount --bind '{}' '{}' && exec \"$0\" --state-dir '{}' gc",
+            victim.display(),
+            target.display(),
+            sandbox.state().display()
+        );
+        let gc = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .arg(common::BIN)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&gc.stderr);
+        for file in files {
+            let kept = fs::read_to_string(victim.join(file)).unwrap_or_default();
+            assert_eq!(
+                kept,
+                "keep",
+                "{} through {}: {stderr}",
+                file,
+                target.display()
+            );
+        }
+        assert!(
+            stderr.contains("mount point"),
+            "{}: {stderr}",
+            target.display()
+        );
+    }
 }

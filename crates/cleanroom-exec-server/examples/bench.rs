@@ -31,10 +31,17 @@
 //! delivers them out of order), every chunk from stdout and nothing but zeros, the byte count
 //! exact.
 //!
+//! With `--churn SECONDS` it measures instead what issue 26 asks of a server under churn: the
+//! churn client (`cleanroom-cli/tests/serve_support/churn.rs`, shared with the soak test) runs
+//! `--clients N` (16) clients for that long, then the server's descriptors, threads and RSS are
+//! read up to `--after SECONDS` (90) after the last client, with the processes the clients left
+//! and the shutdown's length (processes a server left are killed afterwards, by their mark).
+//!
 //! Usage: `bench (--cleanroom PATH | --reference CODEX) --work DIR [--rounds N] [--bytes B]
-//! [--streams K] [--gap-ms MS] [--no-baselines]`; DIR is an existing private dir the caller
-//! removes (cleanroom's state dir, the servers' HOME, TMPDIR and CODEX_HOME go in it). `scripts/bench` builds it and runs it
-//! once per round and server for its `serve-*` pairs.
+//! [--streams K] [--gap-ms MS] [--no-baselines] [--churn SECONDS [--clients N] [--after S]]`;
+//! DIR is an existing private dir the caller removes (cleanroom's state dir, the servers' HOME,
+//! TMPDIR and CODEX_HOME go in it). `scripts/bench` builds it and runs it once per round and
+//! server for its `serve-*` pairs, and once per server for `serve-churn`.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -76,6 +83,12 @@ struct Options {
     /// Pause before each round trip (untimed): starts spaced out as an agent's are.
     gap: Duration,
     baselines: bool,
+    /// `--churn SECONDS`: the churn figures instead of the round trips and streams.
+    churn: Option<Duration>,
+    /// `--clients N` of the churn.
+    clients: usize,
+    /// `--after SECONDS`: how long the churn's aftermath is watched.
+    after: Duration,
 }
 
 fn options() -> Options {
@@ -88,6 +101,9 @@ fn options() -> Options {
         streams: 1,
         gap: Duration::ZERO,
         baselines: true,
+        churn: None,
+        clients: 16,
+        after: Duration::from_secs(90),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -101,12 +117,19 @@ fn options() -> Options {
             "--streams" => o.streams = value().parse().expect("--streams K"),
             "--gap-ms" => o.gap = Duration::from_millis(value().parse().expect("--gap-ms MS")),
             "--no-baselines" => o.baselines = false,
+            "--churn" => o.churn = Some(seconds(&value(), "--churn SECONDS")),
+            "--clients" => o.clients = value().parse().expect("--clients N"),
+            "--after" => o.after = seconds(&value(), "--after SECONDS"),
             other => panic!("unknown option {other}"),
         }
     }
     o.server = server.expect("--cleanroom PATH or --reference CODEX");
     assert!(o.work.is_dir(), "--work DIR: an existing private dir");
     o
+}
+
+fn seconds(text: &str, what: &str) -> Duration {
+    Duration::from_secs(text.parse().unwrap_or_else(|_| panic!("{what}")))
 }
 
 /// `path` made absolute: the servers run in the work dir.
@@ -159,9 +182,15 @@ impl Server {
         command
     }
 
-    /// Starts the server; returns it and the URL it printed as its first stdout line.
-    fn start(&self, work: &Path) -> (Child, String) {
+    /// Starts the server with `args` after its own; returns it and the URL it printed as its
+    /// first stdout line. With `log`, its stderr goes to that file.
+    fn start(&self, work: &Path, args: &[&str], log: Option<&Path>) -> (Child, String) {
         let mut command = self.command(work);
+        command.args(args);
+        if let Some(log) = log {
+            let file = std::fs::File::create(log).unwrap_or_else(|e| panic!("{log:?}: {e}"));
+            command.stderr(file);
+        }
         // SAFETY: prctl(2) between fork and exec, async-signal-safe: the server dies with this
         // client (the main thread, which starts and stops it), however the client ends.
         unsafe {
@@ -488,7 +517,7 @@ struct Figures {
 
 /// The round trips of `true` (10 warm-up runs first), then the streams.
 async fn bench_server(o: &Options) -> Figures {
-    let (server, url) = o.server.start(&o.work);
+    let (server, url) = o.server.start(&o.work, &[], None);
     let mut ws = connect(&url).await;
     let ordered = matches!(o.server, Server::Cleanroom(_));
     let mut trips = Vec::new();
@@ -609,9 +638,122 @@ fn consume_notification(decoder: &mut Decoder, message: &Message) -> usize {
     check_output(&decoder.decode(text))
 }
 
+#[path = "../../cleanroom-cli/tests/serve_support/churn.rs"]
+mod churn;
+
+/// The churn of issue 26 against one server (`--session-ttl 2` for cleanroom), and what the
+/// server holds afterwards: at the start, 5 s, 30 s and `o.after` after the last client (the
+/// earlier looks no later than the last). Prints the figures, then all of them as one
+/// `churn-json:` line for `scripts/bench`.
+async fn churn_server(o: &Options, seconds: Duration) {
+    let mark = format!("bench{}", std::process::id());
+    let log = o.work.join("server.log");
+    let args: &[&str] = match o.server {
+        Server::Cleanroom(_) => &["--session-ttl", "2"],
+        Server::Reference(_) => &[],
+    };
+    let (server, url) = o.server.start(&o.work, args, Some(&log));
+    let pid = server.id();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let look = || churn::sample(pid).expect("the server is running");
+    let start = look();
+    let watch = churn::Watch::start(pid);
+    let shape = churn::Shape {
+        clients: o.clients,
+        duration: seconds,
+        mark: mark.clone(),
+    };
+    let tally = churn::churn(&url, &shape).await;
+    let last = tokio::time::Instant::now();
+    let at = |s: u64| tokio::time::sleep_until(last + Duration::from_secs(s).min(o.after));
+    at(5).await;
+    let after5 = look();
+    at(30).await;
+    let after30 = look();
+    tokio::time::sleep_until(last + o.after).await;
+    let after = look();
+    let left = churn::marked(&mark).len();
+    let peak = watch.peak_threads();
+    drop(watch);
+    let stopping = Instant::now();
+    o.server.stop(server);
+    let shutdown = stopping.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let left_after_exit = kill_marked(&mark);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let survived = text.lines().filter(|l| l.contains("survived")).count();
+    let after_s = o.after.as_secs();
+    println!("server: {}", o.server.name());
+    println!(
+        "churn: {} clients for {} s: {} sessions, {} processes, {} terminated, {} dropped",
+        o.clients,
+        seconds.as_secs(),
+        tally.sessions,
+        tally.started,
+        tally.terminated,
+        tally.dropped
+    );
+    println!(
+        "churn: initialize refused {} {:?}; failures {} {:?}",
+        tally.refused, tally.refusals, tally.failed, tally.failures
+    );
+    println!("churn: server log lines with 'survived': {survived}");
+    println!(
+        "churn: descriptors at start {}, 5 s after the last client {}",
+        start.fds, after5.fds
+    );
+    println!(
+        "churn: threads at start {}, peak {peak}, 30 s after {}",
+        start.threads, after30.threads
+    );
+    println!(
+        "churn: RSS at start {} KiB, {after_s} s after {} KiB",
+        start.rss_kib, after.rss_kib
+    );
+    println!(
+        "churn: processes left {after_s} s after {left}, after the server exited \
+         {left_after_exit}; shutdown {} ms",
+        shutdown.as_millis()
+    );
+    let figures = json!({
+        "clients": o.clients, "seconds": seconds.as_secs(), "after_s": after_s,
+        "sessions": tally.sessions, "processes": tally.started, "refused": tally.refused,
+        "failures": tally.failed, "survived_lines": survived,
+        "fds_start": start.fds, "fds_after_5s": after5.fds,
+        "threads_start": start.threads, "threads_peak": peak, "threads_after_30s": after30.threads,
+        "rss_kib_start": start.rss_kib, "rss_kib_after": after.rss_kib,
+        "left_after": left, "left_after_exit": left_after_exit,
+        "shutdown_ms": shutdown.as_millis() as u64,
+    });
+    println!("churn-json: {figures}");
+}
+
+/// SIGKILLs every living process marked `mark` (a server that let them escape); returns how
+/// many there were.
+fn kill_marked(mark: &str) -> usize {
+    let left = churn::marked(mark);
+    for &pid in &left {
+        let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+            continue;
+        };
+        // Through a pidfd taken before the mark is read again: a pid reused meanwhile is not
+        // killed.
+        if let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+            if churn::is_marked(pid.as_raw_nonzero().get(), mark) {
+                let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
+            }
+        }
+    }
+    left.len()
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let o = options();
+    if let Some(seconds) = o.churn {
+        churn_server(&o, seconds).await;
+        return;
+    }
     let figures = bench_server(&o).await;
     let trips = &figures.trips;
     let (served, cpu) = figures.streams[figures.streams.len() / 2];

@@ -5,7 +5,8 @@
 //! Invariants: the root exists from [`Environment::create`] until [`Environment::shutdown`]; the
 //! container (subreaper, and a cgroup when the server may create one) is set up before the first
 //! spawn; the write protection (`--protect`) is prepared once, its namespaces (a private
-//! `/dev/shm` among them) set up once and joined by every process; the
+//! `/dev/shm`, `/tmp` and `/var/tmp` backed by the root, and IPC namespace among them) set up
+//! once and joined by every process; the
 //! base environment is built from the host's with secrets dropped (unless the server
 //! allows them) and HOME/TMPDIR/XDG pinned inside the root, and carries `CLEANROOM_RUN_ID`, so
 //! `gc` can reclaim the root and kill what is left if the server is killed. The protection's
@@ -16,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use cleanroom::contain::{ContainMode, Container, Mechanism};
+use cleanroom::contain::{ContainMode, Contained, Container, Mechanism};
 use cleanroom::env::EnvOptions;
 use cleanroom::protect::{
     Access, EnforcedBy, Enforcement, Narrowing, Network, Policy, ProtectMode, Protection,
@@ -32,9 +33,6 @@ use crate::process::Reaper;
 use crate::uri::file_uri;
 use crate::Error;
 
-/// How long shutdown's final sweep waits between TERM and KILL.
-const SWEEP_GRACE: Duration = Duration::from_millis(500);
-
 /// What the environment is created from.
 #[derive(Clone, Debug)]
 pub struct EnvironmentOptions {
@@ -46,11 +44,14 @@ pub struct EnvironmentOptions {
     pub allow_secret_env: bool,
     /// Write protection applied to every process (`off`, `home`, `strict`).
     pub protect: ProtectMode,
+    /// Whether the processes get one private `/tmp` and `/var/tmp` (not `--host-tmp`).
+    pub private_tmp: bool,
+    /// Paths beneath `/tmp` or `/var/tmp` that stay the host's (`--share-tmp`).
+    pub share_tmp: Vec<PathBuf>,
 }
 
 /// The live environment.
 pub struct Environment {
-    namespace: Namespace,
     /// Taken at shutdown.
     root: Mutex<Option<Root>>,
     run_id: String,
@@ -94,17 +95,15 @@ impl Environment {
             },
         )?;
         let child = cleanroom::env::build(&host, root.layout(), root.path(), &run_id, &env_options);
-        let protection = Protection::prepare(&ProtectionRequest::new(
-            options.protect,
-            &child,
-            root.path(),
-            &options.cwd,
-        ))
-        .and_then(established);
+        let mut request =
+            ProtectionRequest::new(options.protect, &child, root.path(), &options.cwd);
+        request.private_tmp = options.private_tmp;
+        request.share_tmp = options.share_tmp.clone();
+        let protection = Protection::prepare(&request).and_then(established);
         let protection = match protection {
             Ok(protection) => protection,
             Err(e) => {
-                root.remove(&namespace);
+                root.close();
                 return Err(e.into());
             }
         };
@@ -134,7 +133,6 @@ impl Environment {
         probe_namespaces(root.path());
         Ok(Environment {
             policy_base,
-            namespace,
             run_id,
             layout: root.layout().clone(),
             root: Mutex::new(Some(root)),
@@ -197,23 +195,22 @@ impl Environment {
         })
     }
 
-    /// Kills whatever is still contained, then removes the root and the cgroup (blocking;
-    /// idempotent).
-    pub fn shutdown(&self, reaper: &Reaper) {
+    /// Refuses spawns from now on, terminates everything contained as one set (every
+    /// descendant of the server, and its cgroup's members: TERM to all, `grace`, KILL until the
+    /// server has no child left), then removes the root and the cgroup (blocking; idempotent).
+    pub fn shutdown(&self, reaper: &Reaper, grace: Duration) {
         let container = lock(&self.container).take();
         if let Some(container) = container {
-            let ended = container.terminate(SWEEP_GRACE, &mut || reaper.reap_orphans());
-            for process in &ended.killed {
-                tracing::warn!(
-                    "killed leftover process {} ({})",
-                    process.id.pid,
-                    process.command
-                );
-            }
+            let mut contained = Contained {
+                container: &container,
+                reap: &mut || reaper.reap_all(),
+            };
+            let ended = cleanroom::contain::terminate_set(&mut contained, grace);
+            tracing::debug!("shutdown killed {} processes", ended.killed.len());
         }
         let root = lock(&self.root).take();
         if let Some(root) = root {
-            let removal = root.remove(&self.namespace);
+            let removal = root.close();
             if !removal.is_removed() {
                 tracing::warn!(
                     "root {} not fully removed: {:?} (the next gc retries)",
@@ -292,16 +289,17 @@ fn pinned_base(all: BTreeMap<String, String>, layout: &Layout) -> BaseEnv {
     BaseEnv { all, pinned }
 }
 
-/// `protection` established: every process joins the same namespaces (one private `/dev/shm`
-/// for the whole environment) instead of making its own. A policy that cannot be established
-/// (`strict` with the root inside the host's `/dev/shm` narrows there by mounts) stays as it
-/// is: each process then gets namespaces, and a `/dev/shm`, of its own.
+/// `protection` established: every process joins the same namespaces (one private `/dev/shm`,
+/// `/tmp`, `/var/tmp` and IPC namespace for the whole environment) instead of making its own.
+/// A policy that cannot be established (one narrowing host paths by mounts; `--protect` narrows
+/// them with Landlock, and only inside the private directories with mounts) stays as it is:
+/// each process then gets namespaces of its own.
 fn established(protection: Protection) -> cleanroom::Result<Protection> {
     match protection.established() {
         Ok(shared) => Ok(shared),
         Err(cleanroom::Error::Unsupported { what, reason }) => {
             tracing::warn!(
-                "each process gets namespaces, and a /dev/shm, of its own: {what}: {reason}"
+                "each process gets namespaces, and a /dev/shm and /tmp, of its own: {what}: {reason}"
             );
             Ok(protection)
         }
@@ -309,7 +307,9 @@ fn established(protection: Protection) -> cleanroom::Result<Protection> {
     }
 }
 
-/// The rules `protection` enforces (canonical paths; none when it is off or not enforced).
+/// The rules `protection` enforces (canonical paths; none when it is off or not enforced),
+/// without the places its compiler added where a mount shows a rule's object again: each
+/// per-call policy is intersected with these by path, then compiled, which adds its own.
 fn policy_base(protection: &Protection, tmp: &std::path::Path) -> policy::Base {
     let status = protection.status();
     let enforced = status.enforcement != Enforcement::None;
@@ -317,7 +317,7 @@ fn policy_base(protection: &Protection, tmp: &std::path::Path) -> policy::Base {
         true => status
             .policy
             .iter()
-            .filter(|r| r.enforced_by != EnforcedBy::Absent)
+            .filter(|r| r.enforced_by != EnforcedBy::Absent && r.alias_of.is_none())
             .map(|r| (r.path.clone(), r.access))
             .collect(),
         false => Vec::new(),
@@ -327,6 +327,7 @@ fn policy_base(protection: &Protection, tmp: &std::path::Path) -> policy::Base {
         enforced,
         tmpdir: tmp.to_path_buf(),
         shared_dev_shm: protection.shares_dev_shm(),
+        view: protection.view(),
     }
 }
 

@@ -17,6 +17,8 @@
 //!     max_processes: 256,
 //!     max_connections: 1024,
 //!     allow_secret_env: false,
+//!     private_tmp: true,
+//!     share_tmp: Vec::new(),
 //! };
 //! cleanroom_exec_server::run(config, |url| println!("{url}")).unwrap();
 //! ```
@@ -42,6 +44,8 @@
 mod environment;
 mod envpolicy;
 mod fs;
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod policy;
 mod process;

@@ -113,7 +113,7 @@ pub enum Incoming {
 
 /// Decodes one frame's bytes.
 pub fn decode(bytes: &[u8]) -> Incoming {
-    if !within_value_budget(bytes) {
+    if !values_at_most(bytes, MAX_VALUES) {
         return Incoming::Invalid(error_response(
             None,
             &RpcError::invalid_request(format!(
@@ -172,9 +172,9 @@ pub fn decode(bytes: &[u8]) -> Incoming {
     }
 }
 
-/// Whether `bytes` holds at most [`MAX_VALUES`] values: every value but the first follows a `,`
-/// or opens a container, so `{`, `[` and `,` outside strings bound the count from above.
-fn within_value_budget(bytes: &[u8]) -> bool {
+/// Whether `bytes` holds at most `limit` values: every value but the first follows a `,` or
+/// opens a container, so `{`, `[` and `,` outside strings bound the count from above.
+pub fn values_at_most(bytes: &[u8], limit: usize) -> bool {
     let (mut count, mut in_string, mut escaped) = (1usize, false, false);
     for &b in bytes {
         if in_string {
@@ -190,14 +190,14 @@ fn within_value_budget(bytes: &[u8]) -> bool {
             b'"' => in_string = true,
             b'{' | b'[' | b',' => {
                 count += 1;
-                if count > MAX_VALUES {
+                if count > limit {
                     return false;
                 }
             }
             _ => {}
         }
     }
-    true
+    count <= limit
 }
 
 /// A success response as text.

@@ -1,9 +1,12 @@
-//! The server's lifecycle: configuration, start (environment, listener, URL), the background
-//! orphan reaper, and shutdown on SIGTERM/SIGINT/SIGHUP (or stdin EOF in stdio mode).
+//! The server's lifecycle: configuration, start (environment, listener, URL), the orphan
+//! reaper's thread, the allocator's set-up, and shutdown on SIGTERM/SIGINT/SIGHUP (or stdin EOF
+//! in stdio mode).
 //!
 //! Invariants: the URL is reported only once the listener is bound and the root exists;
-//! shutdown ends every session (reaping every process tree), sweeps whatever is still contained,
-//! then removes the root, before `run` returns.
+//! shutdown closes every session and terminates everything the server started as one set,
+//! until the server has no child left, then removes the root, before `run` returns, on a thread
+//! of its own (never the blocking pool, which client calls can fill); the blocking pool has at
+//! most [`BLOCKING_THREADS`] threads.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -15,7 +18,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::environment::{Environment, EnvironmentOptions};
-use crate::process::Reaper;
+use crate::process::{Reaper, TERMINATE_GRACE};
 use crate::rpc::{Registry, Rpc, Shared};
 use crate::transport::{self, Limits};
 use crate::Error;
@@ -24,6 +27,14 @@ use crate::Error;
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(30);
 /// Default `--process-retention`: 60 s.
 pub const DEFAULT_PROCESS_RETENTION: Duration = Duration::from_secs(60);
+/// Threads of the blocking pool (managed validations, unconfined `fs/*` calls), at most:
+/// tokio's default of 512 let a burst of blocking calls take hundreds of threads (and the memory
+/// glibc keeps per thread). Terminations have threads of their own
+/// (`process::terminations`), and so do the orphan reaper and the shutdown's sweep.
+const BLOCKING_THREADS: usize = 16;
+/// How long an idle thread of the blocking pool lives: after a burst the pool shrinks back
+/// within seconds.
+const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// Default `--max-message-bytes`: 100 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
 
@@ -85,6 +96,10 @@ pub struct Config {
     pub max_connections: usize,
     /// `--allow-secret-env`.
     pub allow_secret_env: bool,
+    /// Not `--host-tmp`: the processes share one private `/tmp` and `/var/tmp`.
+    pub private_tmp: bool,
+    /// `--share-tmp`: paths beneath `/tmp` or `/var/tmp` that stay the host's.
+    pub share_tmp: Vec<PathBuf>,
 }
 
 /// Keeps the streaming path's large buffers (256 KiB chunks, their notifications of about
@@ -103,6 +118,28 @@ fn tune_allocator() {
     }
 }
 
+/// Gives the memory freed after a burst back to the system (glibc keeps free pages in every
+/// arena, and up to the trim threshold at the top of the main heap).
+fn trim_allocator() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes each arena's lock and only releases free pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Makes the server not dumpable: its `/proc/<pid>` entries (environment, memory, descriptors)
+/// then need `CAP_SYS_PTRACE` (or `CAP_PERFMON`) to read, which no process it starts under a
+/// policy keeps
+/// ([`crate::policy::keep_out_of_the_server`]), and no core dump holds its secrets. After the
+/// environment is set up: its namespace holder, forked before, is opened through `/proc`.
+fn not_dumpable() {
+    use rustix::process::{set_dumpable_behavior, DumpableBehavior};
+    if let Err(e) = set_dumpable_behavior(DumpableBehavior::NotDumpable) {
+        tracing::warn!("cannot make the server non-dumpable: {e}");
+    }
+}
+
 /// Runs the server until SIGTERM/SIGINT/SIGHUP (or stdin EOF with `Listen::Stdio`). `ready` receives
 /// the URL once clients can connect (not called in stdio mode). With glibc it tunes the process's
 /// allocator for the streaming buffers (see `tune_allocator`): the calling process is the server.
@@ -115,15 +152,26 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
         }
     }
     unblock_signals()?;
+    raise_descriptor_limit();
+    crate::policy::lower_inheritable().map_err(|e| {
+        Error::Config(format!(
+            "cannot take the capabilities processes must not get out of the server's \
+             inheritable set: {e}"
+        ))
+    })?;
     let env = Environment::create(&EnvironmentOptions {
         namespace: config.namespace.clone(),
         cwd: config.cwd.clone(),
         allow_secret_env: config.allow_secret_env,
         protect: config.protect,
+        private_tmp: config.private_tmp,
+        share_tmp: config.share_tmp.clone(),
     })?;
+    not_dumpable();
+    let reaper = reaper_for(&env);
     let shared = Arc::new(Shared {
         env,
-        reaper: Reaper::default(),
+        reaper,
         sessions: Registry::default(),
         session_ttl: config.session_ttl,
         process_retention: config.process_retention,
@@ -138,11 +186,13 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
     tune_allocator();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .build()
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            shared.env.shutdown(&shared.reaper);
+            shared.env.shutdown(&shared.reaper, TERMINATE_GRACE);
             return Err(Error::Io("start the async runtime", e));
         }
     };
@@ -202,39 +252,118 @@ async fn serve(
     Ok(())
 }
 
-/// Ends every session, sweeps the containment, removes the root.
+/// Ends every session and removes the root. Everything a session started is a descendant of
+/// the server (and in its cgroup, as root), so the processes of all sessions are terminated as
+/// one set, which ends when the server has no child left: not session by session, where each
+/// end would wait for a proof about its own processes while every other's die around it. The
+/// terminations under way stop (the sweep covers their sets); the sweep runs on a thread of its
+/// own, since the blocking pool may be held by calls blocked in the kernel.
 async fn shutdown(shared: &Arc<Shared>) {
     let sessions = shared.sessions.drain();
-    for session in &sessions {
-        session.outlet().detach_any();
+    let records: Vec<_> = sessions.iter().map(|s| s.close()).collect();
+    shared.reaper.stop_terminations();
+    let (swept, sweeping) = tokio::sync::oneshot::channel();
+    let sweeper = shared.clone();
+    let sweep = move || {
+        sweeper.env.shutdown(&sweeper.reaper, TERMINATE_GRACE);
+        let _ = swept.send(());
+    };
+    match std::thread::Builder::new()
+        .name("cleanroom-shutdown".into())
+        .spawn(sweep)
+    {
+        Ok(_) => {
+            let _ = sweeping.await;
+        }
+        Err(e) => {
+            tracing::warn!("no thread for the shutdown's sweep ({e}); sweeping on this one");
+            shared.env.shutdown(&shared.reaper, TERMINATE_GRACE);
+        }
     }
-    let mut ends = tokio::task::JoinSet::new();
-    for session in sessions {
-        let shared = shared.clone();
-        ends.spawn(async move { session.end(&shared.reaper).await });
+    drop(records);
+}
+
+/// The reaper, told where the sessions' cgroup leaves are when the server has a cgroup (an
+/// orphan is then known by the leaf it died in).
+fn reaper_for(env: &Environment) -> Reaper {
+    let leaf = env.with_container(|c| c.and_then(|c| c.cgroup_path().map(PathBuf::from)));
+    let relative = leaf.and_then(|leaf| {
+        let mount = cleanroom::contain::cgroup2_mount().ok()?;
+        Some(format!("/{}", leaf.strip_prefix(mount).ok()?.to_str()?))
+    });
+    match relative {
+        Some(relative) => Reaper::with_session_leaves(&relative),
+        None => Reaper::default(),
     }
-    while ends.join_next().await.is_some() {}
-    let shared = shared.clone();
-    let _ = tokio::task::spawn_blocking(move || shared.env.shutdown(&shared.reaper)).await;
+}
+
+/// Raises the soft limit on open descriptors to the hard one: each process a session keeps holds
+/// a few (its outputs, its terminal, its pidfd), and 64 sessions of 256 processes are within the
+/// server's limits. Every process the server starts gets the soft limit the server was given
+/// (`process::restore_descriptor_limit`), as programs that use `select` expect.
+fn raise_descriptor_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    let Some(soft) = limit.current else {
+        return; // Unlimited already.
+    };
+    if limit.maximum.is_some_and(|hard| hard <= soft) {
+        return;
+    }
+    crate::process::keep_descriptor_limit_for_children(soft);
+    let raised = rustix::process::Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    if let Err(e) = setrlimit(Resource::Nofile, raised) {
+        tracing::warn!("cannot raise the limit on open descriptors: {e}");
+    }
 }
 
 /// Reaps exited orphans (setsid and double-forked descendants re-parented to the server) shortly
-/// after a SIGCHLD ([`ORPHAN_SCAN_DELAY`]) and once a second.
+/// after a SIGCHLD ([`ORPHAN_SCAN_DELAY`]) and once a second, on a thread of its own: a scan a
+/// second through the blocking pool kept its idle threads from ever timing out. The thread ends
+/// with the runtime (when this task is dropped).
 async fn reap_orphans_forever(reaper: Reaper) {
-    let mut children = signal(SignalKind::child()).ok();
-    loop {
-        match children.as_mut() {
-            Some(children) => {
-                if let Ok(Some(())) =
-                    tokio::time::timeout(Duration::from_secs(1), children.recv()).await
-                {
-                    tokio::time::sleep(ORPHAN_SCAN_DELAY).await;
-                }
+    let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+    let scans = std::thread::Builder::new()
+        .name("cleanroom-reaper".into())
+        .spawn(move || scan_orphans(&reaper, &woken));
+    if let Err(e) = scans {
+        tracing::error!("cannot start the orphan reaper thread: {e}");
+        return;
+    }
+    match signal(SignalKind::child()) {
+        Ok(mut children) => {
+            while children.recv().await.is_some() {
+                let _ = wake.try_send(());
             }
-            None => tokio::time::sleep(Duration::from_secs(1)).await,
         }
-        let reaper = reaper.clone();
-        let _ = tokio::task::spawn_blocking(move || reaper.reap_orphans()).await;
+        Err(e) => tracing::warn!("no SIGCHLD handler, orphans are reaped once a second: {e}"),
+    }
+    std::future::pending::<()>().await;
+}
+
+/// The orphan reaper thread's loop: a scan [`ORPHAN_SCAN_DELAY`] after each wake-up, or a
+/// second after the last scan; ends when the waker is dropped.
+fn scan_orphans(reaper: &Reaper, woken: &std::sync::mpsc::Receiver<()>) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut busy = false;
+    loop {
+        match woken.recv_timeout(Duration::from_secs(1)) {
+            Ok(()) => {
+                busy = true;
+                std::thread::sleep(ORPHAN_SCAN_DELAY);
+            }
+            Err(RecvTimeoutError::Timeout) if busy => {
+                busy = false;
+                trim_allocator();
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        while woken.try_recv().is_ok() {}
+        reaper.reap_orphans();
     }
 }
 

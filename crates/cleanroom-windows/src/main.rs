@@ -252,7 +252,9 @@ fn run_main(args: RunConfigArgs, namespace: PathBuf) -> i32 {
     }
     match &outcome.removal {
         Some(removal) => {
-            if let RemovalStatus::Leftover(reason) = &removal.status {
+            if let RemovalStatus::Leftover(reason) | RemovalStatus::Refused(reason) =
+                &removal.status
+            {
                 notes.push(format!(
                     "cleanup incomplete: {} left ({reason}); the next `cleanroom gc` or run retries it",
                     removal.path.display()

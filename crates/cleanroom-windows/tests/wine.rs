@@ -303,12 +303,12 @@ fn gc(state: &Path) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-#[test]
-fn gc_reclaims_the_root_of_a_killed_runner_and_only_that() {
-    let state = std::env::temp_dir().join(format!("cleanroom-gc-test-{}", std::process::id()));
+/// Starts `cleanroom run PAYLOAD sleep 300` in `state`; returns the runner, the payload's pid and
+/// the run's root once its marker is written.
+fn start_sleeping_run(state: &Path) -> (std::process::Child, u32, PathBuf) {
     let mut runner = cleanroom()
         .arg("--state-dir")
-        .arg(&state)
+        .arg(state)
         .arg("run")
         .arg(payload())
         .args(["sleep", "300"])
@@ -325,8 +325,21 @@ fn gc_reclaims_the_root_of_a_killed_runner_and_only_that() {
         .expect("pid=…")
         .parse()
         .expect("a pid");
-    eventually("the run's root appears", || only_root(&state).is_some());
-    let root = only_root(&state).expect("the root");
+    eventually("the run's root appears", || only_root(state).is_some());
+    (runner, pid, only_root(state).expect("the root"))
+}
+
+/// Kills the runner and waits until its job (the payload) is dead too.
+fn kill_runner(mut runner: std::process::Child, pid: u32) {
+    runner.kill().expect("kill the runner");
+    runner.wait().expect("reap the runner");
+    eventually("the job dies with its runner", || !alive(pid));
+}
+
+#[test]
+fn gc_reclaims_the_root_of_a_killed_runner_and_only_that() {
+    let state = std::env::temp_dir().join(format!("cleanroom-gc-test-{}", std::process::id()));
+    let (runner, pid, root) = start_sleeping_run(&state);
     let live = gc(&state);
     assert!(
         live.contains("reclaimed 0"),
@@ -334,14 +347,126 @@ fn gc_reclaims_the_root_of_a_killed_runner_and_only_that() {
     );
     assert!(root.exists(), "gc removed a live root");
 
-    runner.kill().expect("kill the runner");
-    runner.wait().expect("reap the runner");
-    eventually("the job dies with its runner", || !alive(pid));
+    kill_runner(runner, pid);
     let stale = gc(&state);
     assert!(
         stale.contains("reclaimed 1"),
         "gc did not reclaim the dead runner's root:\n{stale}"
     );
+    assert!(!root.exists(), "{} is still there", root.display());
+    std::fs::remove_dir(&state).expect("the state dir is empty after gc");
+}
+
+#[test]
+fn the_marker_has_the_linux_shape_and_an_earlier_builds_marker_is_still_reclaimed() {
+    let state = std::env::temp_dir().join(format!("cleanroom-legacy-test-{}", std::process::id()));
+    let (runner, pid, root) = start_sleeping_run(&state);
+    let marker = root.join("cleanroom-root.json");
+    let text = std::fs::read_to_string(&marker).expect("read the marker");
+    for field in [
+        r#""owner_sid":"S-1-"#,
+        r#""owner":{"pid":"#,
+        r#","start_time":"#,
+        r#","pid_ns":0,"#,
+        r#","cgroup":null}"#,
+    ] {
+        assert!(text.contains(field), "no {field} in the marker: {text}");
+    }
+    assert!(!text.contains("euid"), "{text}");
+    kill_runner(runner, pid);
+
+    // cleanroom.exe wrote `creation_time`, and neither `pid_ns` nor `cgroup`, before the marker
+    // had one definition for every platform; the roots it left must stay reclaimable.
+    let legacy = text
+        .replace(r#","start_time":"#, r#","creation_time":"#)
+        .replace(r#","pid_ns":0,"#, ",")
+        .replace(r#","cgroup":null}"#, "}");
+    assert!(
+        !legacy.contains("start_time") && !legacy.contains("pid_ns") && !legacy.contains("cgroup"),
+        "{legacy}"
+    );
+    std::fs::write(&marker, &legacy).expect("write the earlier build's marker");
+    let stale = gc(&state);
+    assert!(
+        stale.contains("reclaimed 1"),
+        "gc did not reclaim the root of an earlier build's dead runner:\n{stale}"
+    );
+    assert!(!root.exists(), "{} is still there", root.display());
+    std::fs::remove_dir(&state).expect("the state dir is empty after gc");
+}
+
+/// Runs `cleanroom gc` in `state`, expecting it to fail (a leftover); returns its stderr.
+fn gc_leaving(state: &Path) -> String {
+    let output = finish(cleanroom().arg("--state-dir").arg(state).arg("gc"));
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_file_another_process_holds_is_a_leftover_that_keeps_its_marker() {
+    use std::os::windows::fs::OpenOptionsExt;
+    use windows_sys::Win32::Storage::FileSystem::FILE_SHARE_READ;
+
+    let state = std::env::temp_dir().join(format!("cleanroom-held-file-{}", std::process::id()));
+    let (runner, pid, root) = start_sleeping_run(&state);
+    // As a scanner would: open without FILE_SHARE_DELETE, so nobody can delete it meanwhile.
+    let scanned = root.join("tmp").join("scanned.txt");
+    std::fs::write(&scanned, "in use").expect("write a file into the root");
+    let scanner = std::fs::OpenOptions::new()
+        .read(true)
+        .share_mode(FILE_SHARE_READ)
+        .open(&scanned)
+        .expect("hold the file");
+    kill_runner(runner, pid);
+
+    let stderr = gc_leaving(&state);
+    assert!(stderr.contains("scanned.txt"), "{stderr}");
+    assert!(
+        root.join("cleanroom-root.json").is_file(),
+        "the leftover lost its marker; gc said:\n{stderr}"
+    );
+    drop(scanner);
+    let done = gc(&state);
+    assert!(done.contains("reclaimed 1"), "{done}");
+    assert!(!root.exists(), "{} is still there", root.display());
+    std::fs::remove_dir(&state).expect("the state dir is empty after gc");
+}
+
+#[test]
+fn a_root_that_stays_after_its_marker_went_gets_the_marker_back() {
+    use std::os::windows::fs::OpenOptionsExt;
+    use windows_sys::Win32::Storage::FileSystem::{
+        FILE_FLAG_BACKUP_SEMANTICS, FILE_LIST_DIRECTORY, FILE_SHARE_READ, FILE_SHARE_WRITE,
+    };
+
+    let state = std::env::temp_dir().join(format!("cleanroom-held-root-{}", std::process::id()));
+    let (runner, pid, root) = start_sleeping_run(&state);
+    // The root itself held by another process without FILE_SHARE_DELETE: its contents and its
+    // marker go, the directory cannot.
+    let holder = std::fs::OpenOptions::new()
+        .access_mode(FILE_LIST_DIRECTORY)
+        .share_mode(FILE_SHARE_READ | FILE_SHARE_WRITE)
+        .custom_flags(FILE_FLAG_BACKUP_SEMANTICS)
+        .open(&root)
+        .expect("hold the root directory");
+    kill_runner(runner, pid);
+
+    let stderr = gc_leaving(&state);
+    let marker = root.join("cleanroom-root.json");
+    assert!(
+        marker.is_file(),
+        "the leftover has no marker, so no gc can ever prove it ours; gc said:\n{stderr}"
+    );
+    let names: Vec<_> = std::fs::read_dir(&root)
+        .expect("list the leftover")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, ["cleanroom-root.json"], "{stderr}");
+    drop(holder);
+    let done = gc(&state);
+    assert!(done.contains("reclaimed 1"), "{done}");
     assert!(!root.exists(), "{} is still there", root.display());
     std::fs::remove_dir(&state).expect("the state dir is empty after gc");
 }

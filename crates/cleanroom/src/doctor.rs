@@ -99,8 +99,12 @@ pub struct DoctorReport {
     pub protection: Decision,
     /// Whether `--net none` works: `available` or `unavailable`.
     pub net_none: Decision,
-    /// Whether runs get a private `/dev/shm` (a tmpfs in a private mount namespace).
+    /// Whether runs get a private `/dev/shm` (a tmpfs in a private mount namespace) and IPC
+    /// namespace.
     pub dev_shm: Decision,
+    /// Whether runs get a private `/tmp` and `/var/tmp` (an overlay of the host's, writes in the
+    /// run's root).
+    pub tmp: Decision,
     /// The rules `--protect home` gives a run started here: which paths are read-only and
     /// which writable, and why (the run's root shown as `<root>`).
     pub home_policy: Vec<Rule>,
@@ -110,8 +114,9 @@ pub struct DoctorReport {
     pub home_policy_warnings: Vec<String>,
 }
 
-/// Probes this machine.
-pub fn probe() -> DoctorReport {
+/// Probes this machine, for runs whose roots go in the namespace at `namespace` (the private
+/// `/tmp` is tried in a root made there for the probe).
+pub fn probe(namespace: &Path) -> DoctorReport {
     let landlock = probe_landlock();
     let user_namespaces = Check::from_probe(
         "unshare(CLONE_NEWUSER) in a child",
@@ -192,8 +197,9 @@ pub fn probe() -> DoctorReport {
     let dev_shm = match linux::probe_in_child(|| linux::child::probe_namespaces(true, false)) {
         Ok(()) => Decision {
             choice: "private".into(),
-            reason: "a fresh tmpfs in a private mount namespace per run: nothing written to \
-                     /dev/shm survives the run"
+            reason: "a fresh tmpfs in a private mount namespace per run, and a private IPC \
+                     namespace: nothing written to /dev/shm, no System V object or POSIX message \
+                     queue survives the run"
                 .into(),
         },
         Err(e) => Decision {
@@ -204,6 +210,7 @@ pub fn probe() -> DoctorReport {
             ),
         },
     };
+    let tmp = probe_tmp(namespace);
     let cwd = std::env::current_dir().ok();
     let (home_policy, home_policy_warnings) = match &cwd {
         Some(cwd) => protect::preview(
@@ -237,10 +244,57 @@ pub fn probe() -> DoctorReport {
         protection,
         net_none,
         dev_shm,
+        tmp,
         home_policy,
         cwd,
         home_policy_warnings,
     }
+}
+
+/// Whether a run's `/tmp` and `/var/tmp` are private here: the real set-up tried in a child, in
+/// a root of `namespace` made for the probe (removed afterwards, or reclaimed by gc when doctor
+/// dies first), where runs' roots go.
+fn probe_tmp(namespace: &Path) -> Decision {
+    match probe_tmp_in(namespace) {
+        Ok(()) => Decision {
+            choice: "private".into(),
+            reason: format!(
+                "an overlay of the host's directory per run (what exists stays readable, every \
+                 other write lands in the run's root under {}); the run's root, the project, the \
+                 lock directories and listening sockets stay the host's (see \
+                 docs/protection.md)",
+                namespace.display()
+            ),
+        },
+        Err(reason) => Decision {
+            choice: "host".into(),
+            reason: format!(
+                "{reason}; runs share the host's /tmp and /var/tmp, --require-protection refuses"
+            ),
+        },
+    }
+}
+
+/// [`probe_tmp`] in a fresh root of the namespace at `namespace`.
+fn probe_tmp_in(namespace: &Path) -> std::result::Result<(), String> {
+    let ns = crate::namespace::Namespace::open_or_create(namespace).map_err(|e| e.to_string())?;
+    let run_id = crate::root::new_run_id().map_err(|e| e.to_string())?;
+    let options = crate::root::RootOptions {
+        command: vec!["cleanroom".into(), "doctor".into()],
+        keep: false,
+        cgroup: None,
+        homes: Vec::new(),
+    };
+    let root = crate::root::Root::create(&ns, &run_id, &options).map_err(|e| e.to_string())?;
+    let tried = protect::probe_private_tmp(root.path());
+    let removal = root.close();
+    if !removal.is_removed() {
+        tracing::warn!(
+            "the probe's root {} was not fully removed (gc retries)",
+            removal.path.display()
+        );
+    }
+    tried
 }
 
 /// What each Landlock ABI level adds, as used by cleanroom.
@@ -401,7 +455,8 @@ impl fmt::Display for DoctorReport {
             ("containment", &self.containment),
             ("protect home", &self.protection),
             ("--net none", &self.net_none),
-            ("/dev/shm", &self.dev_shm),
+            ("/dev/shm, IPC", &self.dev_shm),
+            ("/tmp, /var/tmp", &self.tmp),
         ];
         for (name, decision) in decisions {
             writeln!(f, "  {name:<19} {}: {}", decision.choice, decision.reason)?;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Units in the order a compound duration must use them, with their length in seconds.
 const UNITS: [(&str, f64); 6] = [

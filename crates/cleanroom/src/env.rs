@@ -29,8 +29,8 @@ mod os;
 #[path = "env/windows.rs"]
 mod os;
 
+use crate::error::{Error, Result};
 use crate::root::Layout;
-use crate::{Error, Result};
 
 /// Variable naming the run's root directory in the child.
 pub const ROOT_VAR: &str = "CLEANROOM_ROOT";

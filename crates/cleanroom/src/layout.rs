@@ -9,7 +9,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The marker's name and format: one definition, so every platform writes and reads the same
 /// markers (see `marker` for what a marker holds).
@@ -243,6 +243,6 @@ mod tests {
         assert_eq!(utc_stamp(0), "19700101T000000Z");
         assert_eq!(utc_stamp(1_795_944_600), "20261129T093000Z");
         let id = new_run_id().unwrap();
-        assert!(crate::namespace::is_valid_run_id(&id), "{id}");
+        assert!(crate::layout::is_valid_run_id(&id), "{id}");
     }
 }

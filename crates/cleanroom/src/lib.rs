@@ -17,16 +17,18 @@
 #![deny(missing_docs)]
 #![cfg(any(target_os = "linux", target_os = "macos", windows))]
 
-// Platform-neutral parts, and the small helpers shared by one platform's files (darwin, win).
-#[cfg(target_os = "macos")]
-mod darwin;
+// Platform-neutral parts, and `sys`: the FFI helpers shared by one platform's files.
 pub mod duration;
 pub mod env;
 mod error;
 mod layout;
+pub mod marker;
+pub mod namespace;
+pub mod process;
+pub mod remove;
+pub mod root;
 pub mod secrets;
-#[cfg(windows)]
-mod win;
+mod sys;
 
 // Each platform-bound part is one module with the same public path on every platform; the
 // file behind it is picked here, once (Windows: docs/windows.md; macOS, type-checked only:
@@ -39,39 +41,11 @@ pub mod contain;
 #[cfg(windows)]
 #[path = "contain/windows.rs"]
 pub mod contain;
-#[cfg(unix)]
-pub mod marker;
-#[cfg(windows)]
-#[path = "marker_windows.rs"]
-pub mod marker;
-#[cfg(unix)]
-pub mod namespace;
-#[cfg(windows)]
-#[path = "namespace_windows.rs"]
-pub mod namespace;
-#[cfg(target_os = "linux")]
-pub mod process;
-#[cfg(target_os = "macos")]
-#[path = "process_macos.rs"]
-pub mod process;
-#[cfg(windows)]
-#[path = "process_windows.rs"]
-pub mod process;
 #[cfg(target_os = "linux")]
 pub mod reclaim;
 #[cfg(windows)]
 #[path = "reclaim/windows.rs"]
 pub mod reclaim;
-#[cfg(unix)]
-pub mod remove;
-#[cfg(windows)]
-#[path = "remove/windows.rs"]
-pub mod remove;
-#[cfg(unix)]
-pub mod root;
-#[cfg(windows)]
-#[path = "root_windows.rs"]
-pub mod root;
 #[cfg(target_os = "linux")]
 pub mod run;
 #[cfg(windows)]
@@ -90,6 +64,8 @@ pub mod doctor;
 pub mod protect;
 #[cfg(target_os = "linux")]
 pub mod report;
+#[cfg(target_os = "linux")]
+pub mod trust;
 
 pub use duration::parse_duration;
 pub use error::{Error, Result};

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::contain::Mechanism;
 use crate::env::ToolchainHome;
 use crate::process::ProcessInfo;
-use crate::protect::ProtectionStatus;
+use crate::protect::{ProtectionStatus, TmpLeft};
 use crate::reclaim::GcSummary;
 use crate::remove::Removal;
 
@@ -106,6 +106,9 @@ pub struct RunReport {
     pub containment: ContainmentInfo,
     /// Protection.
     pub protection: ProtectionStatus,
+    /// What the command left in its private `/tmp` and `/var/tmp` (removed with the root), per
+    /// directory; empty when they were not private (or processes survived).
+    pub tmp: Vec<TmpLeft>,
     /// Processes that outlived the command (killed, but for the `survivors`).
     pub leaks: Vec<Leak>,
     /// Processes that needed SIGKILL at the end (and died of it).

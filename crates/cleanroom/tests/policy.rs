@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use cleanroom::protect::{
-    Access, DevShm, EnforcedBy, Enforcement, Narrowing, Network, Policy, Sandbox,
-    TEST_LANDLOCK_ABSENT_ENV, TEST_NO_MOUNT_NS_ENV,
+    Access, EnforcedBy, Enforcement, Isolation, Narrowing, Network, Policy, PrivateTmp, Sandbox,
+    TmpMechanism, TEST_LANDLOCK_ABSENT_ENV, TEST_NO_MOUNT_NS_ENV,
 };
 use cleanroom::Error;
 
@@ -287,7 +287,14 @@ fn a_child_cannot_write_git_inside_a_writable_cwd_nor_undo_the_mount() {
         rule_of(&sandbox, &tree.path("work/.git")).enforced_by,
         EnforcedBy::ReadOnlyMount
     );
-    assert_eq!(status.dropped_capabilities, ["CAP_SYS_ADMIN"]);
+    assert_eq!(
+        status.dropped_capabilities,
+        [
+            "CAP_SYS_ADMIN",
+            "CAP_LINUX_IMMUTABLE",
+            "CAP_DAC_READ_SEARCH"
+        ]
+    );
     assert!(status.mount_namespace.is_some() && status.no_new_entries_in.is_empty());
     for who in everyone() {
         let output = tree.run(&sandbox, who, "work", GIT_ATTEMPTS);
@@ -398,7 +405,7 @@ fn a_private_dev_shm_is_empty_writable_and_gone_with_the_child() {
     policy.private_dev_shm = true;
     policy.rule("/", Access::Read, "everything readable");
     let sandbox = compile(&policy);
-    assert_eq!(sandbox.status().dev_shm, DevShm::Private);
+    assert_eq!(sandbox.status().dev_shm, Isolation::Private);
     for who in everyone() {
         let output = tree.run(
             &sandbox,
@@ -429,8 +436,15 @@ fn an_established_sandbox_shares_its_dev_shm_and_no_child_can_change_it_for_the_
     let sandbox = compile(&policy)
         .established()
         .expect("establish the sandbox");
-    assert_eq!(sandbox.status().dev_shm, DevShm::Private);
-    assert_eq!(sandbox.status().dropped_capabilities, ["CAP_SYS_ADMIN"]);
+    assert_eq!(sandbox.status().dev_shm, Isolation::Private);
+    assert_eq!(
+        sandbox.status().dropped_capabilities,
+        [
+            "CAP_SYS_ADMIN",
+            "CAP_LINUX_IMMUTABLE",
+            "CAP_DAC_READ_SEARCH"
+        ]
+    );
     // Joining needs the identity the namespaces were made with: the spawner's own.
     let first = tree.run(
         &sandbox,
@@ -486,6 +500,138 @@ fn a_sandbox_narrowed_by_mounts_is_not_established() {
     match sandbox.established() {
         Err(Error::Unsupported { what, .. }) => assert!(what.contains("mounts"), "{what}"),
         other => panic!("established: {other:?}"),
+    }
+}
+
+/// A private `/tmp` backed by a fresh directory of the tree (one compiled sandbox mounts its
+/// overlay once: a volatile overlay's work directory is never reused).
+fn private_tmp(tree: &Tree, name: &str) -> PrivateTmp {
+    let backing = tree.path(name);
+    fs::create_dir(&backing).unwrap();
+    PrivateTmp {
+        backing,
+        own: Vec::new(),
+        shared: Vec::new(),
+        sockets: Vec::new(),
+    }
+}
+
+#[test]
+fn a_private_tmp_shows_the_hosts_entries_and_keeps_every_write_in_its_backing() {
+    let tree = Tree::new();
+    let marker = format!("cleanroom-private-tmp-{}", std::process::id());
+    let host_file = Path::new("/tmp").join(format!("{marker}-host"));
+    fs::write(&host_file, PRECIOUS).unwrap();
+    let _remove = RemoveOnDrop(host_file.clone());
+    let mut policy = Policy::new();
+    policy.rule("/", Access::Read, "everything readable").rule(
+        tree.path("work"),
+        Access::Write,
+        "the workspace",
+    );
+    policy.private_tmp = Some(private_tmp(&tree, "root"));
+    let sandbox = compile(&policy);
+    let tmp = &sandbox.status().tmp;
+    assert_eq!(tmp.isolation, Isolation::Private);
+    let slash_tmp = tmp
+        .dirs
+        .iter()
+        .find(|d| d.path == Path::new("/tmp"))
+        .unwrap();
+    assert_eq!(slash_tmp.mechanism, TmpMechanism::Overlay);
+    assert!(tmp.shared.contains(&tree.path("work")), "{tmp:?}");
+    assert_eq!(
+        sandbox.status().dropped_capabilities,
+        [
+            "CAP_SYS_ADMIN",
+            "CAP_LINUX_IMMUTABLE",
+            "CAP_DAC_READ_SEARCH"
+        ]
+    );
+    let output = tree.run(
+        &sandbox,
+        Who::Me,
+        "work",
+        &format!(
+            "try tmp:create write /tmp/{marker}-new\n\
+             try tmp:read-host readable /tmp/{marker}-host\n\
+             try tmp:overwrite-host write /tmp/{marker}-host\n\
+             try tmp:remove-host rm /tmp/{marker}-host\n\
+             try work:write write $B/work/made\n\
+             try outside:private-write write $B/outside/made\n\
+             try undo:clone-root clone_root\n"
+        ),
+    );
+    assert_all(
+        &output,
+        "ALLOWED",
+        &[
+            "tmp:create",
+            "tmp:read-host",
+            "tmp:overwrite-host",
+            "tmp:remove-host",
+            "work:write",
+            "outside:private-write",
+        ],
+    );
+    assert_all(&output, "REFUSED", &["undo:clone-root"]);
+    assert_eq!(fs::read_to_string(&host_file).unwrap(), PRECIOUS);
+    assert!(!Path::new("/tmp").join(format!("{marker}-new")).exists());
+    assert!(slash_tmp.backing.join(format!("{marker}-new")).exists());
+    assert!(
+        tree.path("work/made").exists(),
+        "the workspace is the host's"
+    );
+    // Beneath /tmp but named by no rule: the overlay's, so the write stayed private.
+    assert!(!tree.path("outside/made").exists());
+}
+
+#[test]
+fn an_established_private_tmp_is_shared_and_a_managed_rule_on_tmp_grants_inside_it() {
+    let tree = Tree::new();
+    let marker = format!("cleanroom-shared-tmp-{}", std::process::id());
+    let mut policy = Policy::new();
+    policy.rule("/", Access::Write, "everything writable");
+    policy.private_tmp = Some(private_tmp(&tree, "root"));
+    policy.private_ipc = true;
+    let sandbox = compile(&policy)
+        .established()
+        .expect("establish the sandbox");
+    assert_eq!(sandbox.status().ipc, Isolation::Private);
+    let first = tree.run(
+        &sandbox,
+        Who::Me,
+        "work",
+        &format!("try tmp:create write /tmp/{marker}\n"),
+    );
+    assert_all(&first, "ALLOWED", &["tmp:create"]);
+    // A process with a policy of its own inside the environment (the exec-server's managed
+    // sandboxes): its rule on /tmp was opened outside, on the host's /tmp; it must grant the
+    // private one it sees.
+    let mut managed = Policy::new();
+    managed.rule("/", Access::Read, "everything readable").rule(
+        "/tmp",
+        Access::Write,
+        "the temporary directory",
+    );
+    let inner = compile(&managed).within(&sandbox);
+    let second = tree.run(
+        &inner,
+        Who::Me,
+        "work",
+        &format!(
+            "try tmp:shared test -e /tmp/{marker}\n\
+             try tmp:managed-write write /tmp/{marker}-managed\n\
+             try etc:write write /etc/{marker}\n"
+        ),
+    );
+    assert_all(&second, "ALLOWED", &["tmp:shared", "tmp:managed-write"]);
+    assert_all(&second, "REFUSED", &["etc:write"]);
+    for name in [marker.clone(), format!("{marker}-managed")] {
+        assert!(
+            !Path::new("/tmp").join(&name).exists(),
+            "{name} on the host"
+        );
     }
 }
 
@@ -574,7 +720,7 @@ fn no_mount_namespace_scenario() {
         EnforcedBy::Cover
     );
     assert!(
-        matches!(&status.dev_shm, DevShm::HostFallback { .. }),
+        matches!(&status.dev_shm, Isolation::HostFallback { .. }),
         "{:?}",
         status.dev_shm
     );

@@ -92,6 +92,7 @@ impl Fixture {
             mode,
             protect_paths: vec![self.guarded.clone()],
             allow_write: Vec::new(),
+            path_origins: Default::default(),
             net,
             require: false,
             homes: vec![RealHome {
@@ -110,6 +111,11 @@ impl Fixture {
             home_caches: Vec::new(),
             config: Vec::new(),
             output_dirs: Vec::new(),
+            // The private /tmp has tests of its own (crates/cleanroom-cli/tests/private_tmp.rs):
+            // these prepare several protections on one root.
+            private_tmp: false,
+            share_tmp: Vec::new(),
+            sockets: Vec::new(),
         }
     }
 
@@ -628,11 +634,61 @@ fn protection_status_reports_full_enforcement_and_the_canonical_paths() {
     assert_eq!(json["mode"], "home");
 }
 
+/// A protect path that does not exist is a rule reported absent (nothing to make read-only),
+/// as every rule on a missing path; under `require` it is refused, naming the option: nothing
+/// could keep the run from creating it.
 #[test]
-fn prepare_rejects_a_protect_path_that_does_not_exist() {
+fn a_protect_path_that_does_not_exist_is_absent_and_refused_only_when_required() {
     let fx = Fixture::new();
     let mut request = fx.request(ProtectMode::Home, NetMode::Host);
-    request.protect_paths = vec![fx.base.join("missing")];
+    let missing = fx.base.join("missing");
+    request.protect_paths = vec![missing.clone()];
+    request.allow_write = vec![fx.base.join("missing-too")];
+    let protection = Protection::prepare(&request).unwrap();
+    let rule = protection
+        .status()
+        .policy
+        .iter()
+        .find(|r| r.path == missing)
+        .unwrap_or_else(|| panic!("no rule on {}", missing.display()));
+    assert_eq!(
+        serde_json::to_value(rule).unwrap()["enforced_by"],
+        "absent",
+        "{rule:?}"
+    );
+    // Each is a warning naming the option (or where the caller says the path came from).
+    let warned = |protection: &Protection, words: &str| {
+        let warnings = &protection.status().warnings;
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.starts_with(words) && w.contains("does not exist")),
+            "no {words:?}: {warnings:?}"
+        );
+    };
+    warned(
+        &protection,
+        &format!("--protect-path {}", missing.display()),
+    );
+    let missing_too = fx.base.join("missing-too");
+    warned(
+        &protection,
+        &format!("--allow-write {}", missing_too.display()),
+    );
+    request.path_origins.insert(
+        missing.clone(),
+        "project.toml:3: run.protect-path[0] =".into(),
+    );
+    let protection = Protection::prepare(&request).unwrap();
+    warned(
+        &protection,
+        &format!(
+            "project.toml:3: run.protect-path[0] = {}",
+            missing.display()
+        ),
+    );
+    request.path_origins.clear();
+    request.require = true;
     let err = Protection::prepare(&request).unwrap_err();
     assert!(matches!(err, Error::Invalid(_)), "{err:?}");
     assert!(err.to_string().contains("--protect-path"), "{err}");
@@ -692,7 +748,7 @@ fn landlock_abi_2_scenario() {
         fs::read_to_string(fx.home.join("existing.txt")).unwrap(),
         ""
     );
-    let report = doctor::probe();
+    let report = doctor::probe(&fx.base.join("ns"));
     assert_eq!(report.landlock.abi, Some(2));
     assert_eq!(report.protection.choice, "partial");
     scenario_done("landlock_abi_2_scenario");
@@ -765,7 +821,7 @@ fn landlock_absent_scenario() {
     request.require = true;
     assert!(Protection::prepare(&request).is_ok());
 
-    let report = doctor::probe();
+    let report = doctor::probe(&fx.base.join("ns"));
     assert_eq!(report.landlock.abi, None);
     assert_eq!(report.protection.choice, "none");
     scenario_done("landlock_absent_scenario");
@@ -861,7 +917,8 @@ fn net_host_leaves_the_network_namespace_alone() {
 
 #[test]
 fn doctor_reports_what_this_machine_allows() {
-    let report = doctor::probe();
+    let dir = tempfile::tempdir().unwrap();
+    let report = doctor::probe(&dir.path().join("ns"));
     let abi = kernel_landlock_abi();
     assert_eq!(report.landlock.abi, abi);
     assert_eq!(report.euid, rustix::process::geteuid().as_raw());

@@ -117,7 +117,7 @@ fn reason(removal: &Removal) -> &str {
 
 /// Whether the root directory `held` carries exactly its own marker.
 fn keeps_its_marker(held: &Held) -> bool {
-    Marker::read(held.dir.as_fd(), held.marker.euid).as_ref() == Ok(&held.marker)
+    Marker::read(held.dir.as_fd(), &held.marker.user).as_ref() == Ok(&held.marker)
 }
 
 /// Runs `f` on a thread without the capabilities that let root ignore file modes, so a
@@ -200,6 +200,14 @@ impl Drop for Immutable {
         let flags = rustix::fs::ioctl_getflags(self.0.as_fd()).unwrap();
         rustix::fs::ioctl_setflags(self.0.as_fd(), flags - IFlags::IMMUTABLE).unwrap();
     }
+}
+
+/// Pins `file` (in a root): immutable, with a second link outside the root, so the removal,
+/// which clears the flags only of what is the root's alone, cannot unlink it.
+fn pin(place: &Place, file: &Path) -> Immutable {
+    let name = format!("pin-{}", file.file_name().unwrap().to_string_lossy());
+    fs::hard_link(file, place.outside(&name)).unwrap();
+    Immutable::set(file)
 }
 
 /// Something outside every root that links in a root point to: a directory with a file, and a
@@ -443,7 +451,7 @@ fn a_walk_that_cannot_finish_retries_on_schedule_then_restores_the_marker() {
         .map(|i| {
             let file = top.join(format!("home/pinned-{i}"));
             fs::write(&file, "x").unwrap();
-            Immutable::set(&file)
+            pin(&place, &file)
         })
         .collect();
     // The run replaced its marker by a hard link to a file of its own.
@@ -505,7 +513,7 @@ fn a_root_that_cannot_be_unlinked_from_its_namespace_gets_its_marker_back() {
     fs::remove_file(&in_place).unwrap();
     fs::create_dir(&in_place).unwrap();
     fs::write(in_place.join("pinned"), "x").unwrap();
-    let pinned = Immutable::set(&in_place.join("pinned"));
+    let pinned = pin(&place, &in_place.join("pinned"));
     let frozen = Immutable::set(place.ns.path());
 
     let removals: Vec<Removal> = roots.iter().map(|held| place.remove(held, ONCE)).collect();

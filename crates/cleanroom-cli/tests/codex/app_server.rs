@@ -38,7 +38,7 @@ pub struct AppServer {
 
 /// The client's config: the stand-in as the only model provider, no retries (a failure shows at
 /// once), Codex's default sandbox and no approvals.
-fn config_toml(model_base_url: &str) -> String {
+pub fn config_toml(model_base_url: &str) -> String {
     format!(
         r#"model = "{MODEL}"
 model_provider = "standin"

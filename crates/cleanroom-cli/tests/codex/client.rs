@@ -29,12 +29,22 @@ pub fn pinned_version() -> String {
         .to_string()
 }
 
+/// The install dir of the pinned version.
+pub fn pinned_install_dir() -> PathBuf {
+    install_dir(&pinned_version())
+}
+
 /// The install dir: `$CLEANROOM_CODEX_DIR`, else the install script's default.
 fn install_dir(version: &str) -> PathBuf {
     match std::env::var_os("CLEANROOM_CODEX_DIR") {
         Some(dir) => PathBuf::from(dir),
+        // The checkout's top, without `..`: inside the interop test's private /tmp only the
+        // install dir itself is bound back, not the crate's directory (see `isolation`).
         None => Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("../../target/interop/codex-{version}")),
+            .ancestors()
+            .nth(2)
+            .expect("the checkout holds crates/cleanroom-cli")
+            .join(format!("target/interop/codex-{version}")),
     }
 }
 
@@ -43,7 +53,7 @@ pub fn codex_binary() -> PathBuf {
     let version = pinned_version();
     let dir = install_dir(&version);
     let binary = dir.join(NATIVE);
-    let fix = "run scripts/install-codex.sh (CI's .ci/run does)";
+    let fix = "run scripts/install-codex.sh (scripts/test.sh does)";
     assert!(
         binary.is_file(),
         "prerequisite missing: the pinned Codex client @openai/codex {version} (linux-x64) is not \

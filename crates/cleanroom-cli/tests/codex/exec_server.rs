@@ -115,18 +115,23 @@ impl ExecServer {
     pub fn stop(mut self) -> ExitStatus {
         let status = terminate(&mut self.child);
         if let Some(state) = &self.state_dir {
-            let roots: Vec<String> = std::fs::read_dir(state)
-                .map(|dir| {
-                    dir.flatten()
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .filter(|name| name.contains("run-"))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let roots = roots_in(state);
             assert!(roots.is_empty(), "cleanroom serve left roots: {roots:?}");
         }
         status
     }
+}
+
+/// The roots (and pending or quarantined roots) in the namespace `state`, by name.
+pub fn roots_in(state: &Path) -> Vec<String> {
+    std::fs::read_dir(state)
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.contains("run-"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Drop for ExecServer {

@@ -7,11 +7,16 @@
 //!   none outlived its servers by listing its own /proc;
 //! - a mount namespace with private tmpfs on /tmp and /dev/shm: the Codex client writes
 //!   `/tmp/codex-daemon-<uid>` whatever TMPDIR says; the body asserts at its end what is left
-//!   there, and nothing of it reaches the machine's /tmp.
+//!   there, and nothing of it reaches the machine's /tmp. What the body needs that lives under
+//!   either (a checkout under /tmp: its `target/` with the binaries, the Codex install and the
+//!   work dir) is bound back at its own path on the fresh tmpfs, so the test runs from any
+//!   checkout.
 //!
 //! The outer test owns the private work dir (under cargo's target tmp dir, never /tmp: Codex
-//! refuses to put its helper links under the temp dir, and its bubblewrap sandbox hides
-//! /dev/shm), removes it afterwards, and replays the inner run's output.
+//! refuses to put its helper links under the temp dir, its bubblewrap sandbox hides /dev/shm,
+//! and its default sandbox, workspace-write, makes all of /tmp writable, so that a dir "outside
+//! the workspace" there is not; for a checkout under /tmp it is under /var/tmp instead),
+//! removes it afterwards, and replays the inner run's output.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -32,15 +37,22 @@ const CODEX_TMP_LEFTOVER: &str = "codex-daemon-";
 pub fn run_isolated(test_name: &str, body: impl FnOnce(&Path)) {
     if std::env::var(INSIDE).as_deref() == Ok(test_name) {
         let work = PathBuf::from(std::env::var_os(WORK_DIR).expect("work dir from the outer test"));
-        enter();
+        let bound = enter(&[
+            work.clone(),
+            parent_of(&std::env::current_exe().unwrap()),
+            parent_of(Path::new(super::scenario::CLEANROOM)),
+            super::client::pinned_install_dir(),
+        ]);
         body(&work);
-        leave();
+        leave(&bound);
         return;
     }
     let work = tempfile::Builder::new()
         .prefix("cleanroom-interop-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("a private work dir under cargo's target tmp dir");
+        .tempdir_in(super::reach::outside_tmp(Path::new(env!(
+            "CARGO_TARGET_TMPDIR"
+        ))))
+        .expect("a private work dir");
     let log_path = work.path().join("isolated.log");
     let status = wait_guarded(spawn_isolated(test_name, work.path(), &log_path));
     let output = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -107,25 +119,97 @@ fn wait_guarded(mut child: Child) -> ExitStatus {
 }
 
 /// Inside: this process is the pid namespace's init, `lo` is up and alone, /tmp and /dev/shm
-/// are private.
-fn enter() {
+/// are private, and the directories of `keep` under them are reachable at their paths; returns
+/// the entries of the private /tmp and /dev/shm made for them.
+fn enter(keep: &[PathBuf]) -> Vec<PathBuf> {
     assert_eq!(
         std::process::id(),
         1,
         "the isolated body is its pid namespace's init"
     );
     run(&["ip", "link", "set", "lo", "up"], "iproute2");
+    let keep: Vec<PathBuf> = keep.iter().filter_map(|p| p.canonicalize().ok()).collect();
+    let mut bound = Vec::new();
     for dir in ["/tmp", "/dev/shm"] {
-        run(
-            &["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", dir],
-            "mount",
-        );
+        bound.extend(private_tmpfs_keeping(Path::new(dir), &keep));
     }
     let interfaces = interfaces();
     assert_eq!(
         interfaces,
         ["lo"],
         "the network namespace has only loopback"
+    );
+    bound
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    path.parent().expect("a file's directory").to_path_buf()
+}
+
+/// Mounts a fresh tmpfs (mode 1777) on `dir`, then binds each directory of `keep` that lay
+/// under `dir` back at its path, from the original mount (reached through a descriptor opened
+/// before the tmpfs hid it); returns the entries of `dir` made for them.
+fn private_tmpfs_keeping(dir: &Path, keep: &[PathBuf]) -> Vec<PathBuf> {
+    let mut hidden: Vec<&Path> = keep
+        .iter()
+        .filter(|p| p.starts_with(dir) && p.as_path() != dir)
+        .map(PathBuf::as_path)
+        .collect();
+    hidden.sort();
+    hidden.dedup_by(|inner, outer| inner.starts_with(outer));
+    let original = std::fs::File::open(dir).unwrap();
+    mount(Some("tmpfs"), dir, Some("tmpfs"), 0, Some("mode=1777"));
+    let mut made = Vec::new();
+    for path in hidden {
+        let relative = path.strip_prefix(dir).unwrap();
+        std::fs::create_dir_all(path).unwrap();
+        let source = format!(
+            "/proc/self/fd/{}/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&original),
+            relative.display()
+        );
+        mount(
+            Some(&source),
+            path,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        );
+        made.push(dir.join(relative.components().next().unwrap()));
+    }
+    made
+}
+
+/// mount(2), panicking with what failed.
+fn mount(
+    source: Option<&str>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: u64,
+    data: Option<&str>,
+) {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |s: Option<&str>| s.map(|s| CString::new(s).unwrap());
+    let (source_c, fstype_c, data_c) = (c(source), c(fstype), c(data));
+    let target_c = CString::new(target.as_os_str().as_bytes()).unwrap();
+    let ptr = |s: &Option<CString>| s.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: every pointer is null or a NUL-terminated string that outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            ptr(&source_c),
+            target_c.as_ptr(),
+            ptr(&fstype_c),
+            flags,
+            ptr(&data_c).cast(),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "mount {source:?} on {}: {}",
+        target.display(),
+        std::io::Error::last_os_error()
     );
 }
 
@@ -150,8 +234,9 @@ fn run(argv: &[&str], package: &str) {
 }
 
 /// At the end of the body: no process but this one is alive in the namespace, /dev/shm is empty
-/// and /tmp holds only the Codex client's own daemon dir.
-fn leave() {
+/// and /tmp holds only the Codex client's own daemon dir (besides the entries `bound` made for
+/// what had to stay reachable).
+fn leave(bound: &[PathBuf]) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let others = live_processes();
@@ -164,9 +249,15 @@ fn leave() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let shm = entries(Path::new("/dev/shm"));
+    let unbound = |dir: &str| -> Vec<String> {
+        let dir = Path::new(dir);
+        let mut names = entries(dir);
+        names.retain(|name| !bound.contains(&dir.join(name)));
+        names
+    };
+    let shm = unbound("/dev/shm");
     assert!(shm.is_empty(), "left in /dev/shm: {shm:?}");
-    let tmp = entries(Path::new("/tmp"));
+    let tmp = unbound("/tmp");
     let foreign: Vec<_> = tmp
         .iter()
         .filter(|name| !name.starts_with(CODEX_TMP_LEFTOVER))

@@ -7,11 +7,14 @@
 
 pub mod app_server;
 pub mod client;
+pub mod docs;
 pub mod exec_server;
 pub mod figures;
 pub mod isolation;
 pub mod model;
 pub mod proxy;
+#[path = "../../../cleanroom/tests/support/reach.rs"]
+pub mod reach;
 pub mod report;
 pub mod scenario;
 pub mod wire;

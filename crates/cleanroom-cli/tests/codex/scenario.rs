@@ -24,9 +24,6 @@ use super::report::{dump, shorten, Report, Step};
 /// The binary under test.
 pub const CLEANROOM: &str = env!("CARGO_BIN_EXE_cleanroom");
 
-/// The environment id the scenario registers.
-const ENVIRONMENT: &str = "cleanroom-interop";
-
 /// A 1×1 PNG: what `view_image` must hand the model byte for byte.
 const PIXEL_PNG: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
@@ -67,17 +64,21 @@ fn prepare(work: &Path) -> (PathBuf, PathBuf, String) {
     for (name, text) in [NOTES, DOOMED, README] {
         std::fs::write(workspace.join(name), text).unwrap();
     }
-    // A project of its own: the client finds the git root here, not in whatever repository
-    // holds the work dir, and its sandbox keeps `.git` read-only.
+    git_init(&workspace);
+    (workspace, outside, marker)
+}
+
+/// Makes `dir` a git project of its own: the client finds the git root there, not in whatever
+/// repository holds the work dir, and its sandbox keeps `.git` read-only.
+pub fn git_init(dir: &Path) {
     let git = std::process::Command::new("git")
         .args(["init", "--quiet"])
-        .arg(&workspace)
+        .arg(dir)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .status()
         .unwrap_or_else(|e| panic!("prerequisite missing: git: {e}"));
-    assert!(git.success(), "git init {}: {git}", workspace.display());
-    (workspace, outside, marker)
+    assert!(git.success(), "git init {}: {git}", dir.display());
 }
 
 fn nanos() -> u32 {
@@ -147,34 +148,23 @@ pub async fn run_scenario(target: Target, work: &Path) -> Report {
     }
 }
 
-/// initialize (with the experimental API, which `environment/add` needs), `environment/add`
-/// with the proxy's URL, `thread/start` in the workspace of that environment.
+/// What docs/exec-server.md tells an agent host to send (see `docs`): initialize (with the
+/// experimental API, which `environment/add` needs), initialized, `environment/add` with the
+/// proxy's URL, `thread/start` in the workspace of that environment.
 async fn open_thread(app: &mut AppServer, exec_server_url: &str, workspace: &Path) -> String {
-    let client_info = json!({"name": "cleanroom-interop", "version": "0"});
-    let capabilities = json!({"experimentalApi": true});
-    app.must(
-        "initialize",
-        json!({"clientInfo": client_info, "capabilities": capabilities}),
-    )
-    .await;
-    app.notify("initialized");
-    app.must(
-        "environment/add",
-        json!({"environmentId": ENVIRONMENT, "execServerUrl": exec_server_url}),
-    )
-    .await;
-    let started = app
-        .must(
-            "thread/start",
-            json!({
-                "cwd": workspace,
-                "environments": [{"environmentId": ENVIRONMENT, "cwd": workspace}],
-                "sandbox": "workspace-write",
-                "approvalPolicy": "never",
-            }),
-        )
-        .await;
-    started["thread"]["id"].as_str().unwrap().to_string()
+    let mut thread = None;
+    for message in super::docs::host_messages(exec_server_url, workspace) {
+        let method = message["method"].as_str().expect("a method").to_string();
+        if message.get("id").is_none() {
+            app.notify(&method);
+            continue;
+        }
+        let result = app.must(&method, message["params"].clone()).await;
+        if method == "thread/start" {
+            thread = result["thread"]["id"].as_str().map(str::to_string);
+        }
+    }
+    thread.expect("the docs' messages start a thread")
 }
 
 /// A `function_call` output item.

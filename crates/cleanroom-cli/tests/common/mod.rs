@@ -7,8 +7,12 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../cleanroom/tests/support/reach.rs"]
+mod reach;
 #[path = "../../../cleanroom/tests/support/skip.rs"]
 mod skip;
+#[allow(unused_imports)]
+pub use reach::*;
 #[allow(unused_imports)]
 pub use skip::*;
 
@@ -41,7 +45,7 @@ $SIG{CHLD} = 'IGNORE';
 $SIG{TERM} = sub { open(my $t, '>', "$ENV{CRT_DIR}/$name.term"); close $t; exit 0 } if $mode eq 'term';
 my $path = "$ENV{CRT_DIR}/$name.pid";
 open(my $f, '>', "$path.tmp") or die "open $path.tmp: $!";
-print $f $$;
+print $f "$$\n";
 close $f;
 rename("$path.tmp", $path) or die "rename: $!";
 while ($mode eq 'fork') {
@@ -58,7 +62,10 @@ sleep 300 while 1;
 
 /// Bash functions every script gets: `escapee NAME [hold]` runs the sleeper payload in the
 /// foreground (callers add `&`, `setsid`, `nohup`...), `ready NAME...` waits for payloads to
-/// have written their pid files, `mark_ready NAME` records the calling shell's own pid.
+/// have written their pid files, `mark_ready NAME` records the calling shell's own pid. It is a
+/// builtin alone: a forked helper (`mv`) could still be running when the test signals the shell,
+/// and bash, waiting for it, would then let the signal go and run on ([`Sandbox::pid_of`] waits
+/// for the whole line instead of a rename).
 const PRELUDE: &str = r#"
 escapee() { perl "$CRT_DIR/sleeper.pl" "$1" "$CRT_MARK" "${2:-}"; }
 ready() {
@@ -72,7 +79,7 @@ ready() {
     exit 99
   done
 }
-mark_ready() { echo $$ > "$CRT_DIR/$1.pid.tmp" && mv "$CRT_DIR/$1.pid.tmp" "$CRT_DIR/$1.pid"; }
+mark_ready() { echo $$ > "$CRT_DIR/$1.pid"; }
 "#;
 
 /// A unique marker: put it in the argv of every process a test starts.
@@ -194,8 +201,8 @@ pub struct Sandbox {
     scratch: PathBuf,
     marker: String,
     runs: AtomicUsize,
-    /// Run the binary as this uid/gid through setpriv.
-    as_user: Option<u32>,
+    /// Run the binary as this uid/gid through setpriv, from where that uid can run it.
+    as_user: Option<(u32, RunnableByNobody)>,
 }
 
 impl Sandbox {
@@ -210,7 +217,7 @@ impl Sandbox {
         Sandbox::build(tag, Some(uid))
     }
 
-    fn build(tag: &str, as_user: Option<u32>) -> Sandbox {
+    fn build(tag: &str, uid: Option<u32>) -> Sandbox {
         let dir = tempfile::Builder::new()
             .prefix("cleanroom-it-")
             .tempdir_in("/dev/shm")
@@ -219,13 +226,16 @@ impl Sandbox {
         std::fs::create_dir(&shared).unwrap();
         let scratch = shared.join("scratch");
         std::fs::create_dir(&scratch).unwrap();
-        if as_user.is_some() {
+        if uid.is_some() {
             chmod(dir.path(), 0o755);
             chmod(&shared, 0o1777);
             chmod(&scratch, 0o777);
         }
         std::fs::write(scratch.join("sleeper.pl"), SLEEPER).unwrap();
         chmod(&scratch.join("sleeper.pl"), 0o644);
+        // In the scratch dir, the runs' working directory: a run with a private /dev/shm still
+        // sees it (a nested `cleanroom run` of the command).
+        let as_user = uid.map(|uid| (uid, RunnableByNobody::new_in(Path::new(BIN), &scratch)));
         Sandbox {
             state: shared.join("state"),
             dir,
@@ -233,6 +243,26 @@ impl Sandbox {
             marker: unique_marker(tag),
             runs: AtomicUsize::new(0),
             as_user,
+        }
+    }
+
+    /// This sandbox with its state dir at `state` instead (under /tmp, where users' namespaces
+    /// live by default); whoever made its parent removes it.
+    pub fn with_state_dir(mut self, state: PathBuf) -> Sandbox {
+        self.state = state;
+        self
+    }
+
+    /// Gives `path` and everything in it to this sandbox's user, as a project of their own (a
+    /// project root is taken only from what the user or root owns and nobody else may write).
+    pub fn hand_over(&self, path: &Path) {
+        if let Some((uid, _)) = &self.as_user {
+            let owner = format!("{uid}:{uid}");
+            let status = Command::new("chown")
+                .args(["-R", &owner])
+                .arg(path)
+                .status();
+            assert!(status.unwrap().success(), "chown {}", path.display());
         }
     }
 
@@ -251,16 +281,24 @@ impl Sandbox {
         &self.marker
     }
 
+    /// The binary as this sandbox's user runs it (a copy when the checkout is out of its
+    /// reach); commands see it as `$CRT_BIN`.
+    pub fn bin(&self) -> &Path {
+        self.as_user
+            .as_ref()
+            .map_or(Path::new(BIN), |(_, bin)| bin.path())
+    }
+
     /// The binary with `--state-dir` and `args`, run from the scratch dir with the payload
-    /// variables set; stdin is /dev/null.
+    /// variables (and `CRT_BIN`, [`Sandbox::bin`]) set; stdin is /dev/null.
     pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
-        let mut cmd = match self.as_user {
-            Some(uid) => {
+        let mut cmd = match &self.as_user {
+            Some((uid, bin)) => {
                 let mut c = Command::new("setpriv");
                 c.arg(format!("--reuid={uid}"))
                     .arg(format!("--regid={uid}"))
                     .arg("--clear-groups")
-                    .arg(BIN);
+                    .arg(bin.path());
                 c
             }
             None => Command::new(BIN),
@@ -271,6 +309,7 @@ impl Sandbox {
             .current_dir(&self.scratch)
             .env("CRT_DIR", &self.scratch)
             .env("CRT_MARK", &self.marker)
+            .env("CRT_BIN", self.bin())
             .stdin(Stdio::null());
         without_cleanroom_settings(&mut cmd);
         cmd
@@ -286,6 +325,31 @@ impl Sandbox {
     pub fn run_bash(&self, run_args: &[&str], script: &str) -> Run {
         let (cmd, report) = self.bash_command(run_args, script);
         self.finish(cmd, &report)
+    }
+
+    /// [`Sandbox::run_bash`] with `--timeout T` before `run_args`, for each T of `timeouts` in
+    /// turn until the payload `ready` had recorded its pid by the end of the run: on a loaded
+    /// machine a short timeout can fire before the command got that far (before it set its
+    /// traps, say). Returns the last run.
+    pub fn run_bash_timed(
+        &self,
+        timeouts: &[&str],
+        run_args: &[&str],
+        script: &str,
+        ready: &str,
+    ) -> Run {
+        let pid_file = self.scratch.join(format!("{ready}.pid"));
+        let mut last = None;
+        for timeout in timeouts {
+            let _ = std::fs::remove_file(&pid_file);
+            let mut args = vec!["--timeout", timeout];
+            args.extend(run_args);
+            last = Some(self.run_bash(&args, script));
+            if exists(&pid_file) {
+                break;
+            }
+        }
+        last.expect("at least one timeout")
     }
 
     /// Builds the `run` invocation; returns it with the report path it will write.
@@ -350,9 +414,19 @@ impl Sandbox {
         )
     }
 
+    /// [`Sandbox::wait_for_runner`], then asserts the runner exited 0 (its stderr shown if not).
+    pub fn assert_runner_succeeds(&self, child: Child, limit: Duration) {
+        let out = self.wait_for_runner(child, limit);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Waits for the runner to exit, draining its piped stdout and stderr meanwhile (a run with
     /// many leaks writes more than a pipe holds). After `limit` it kills the runner and every
-    /// marked process and panics. The pipes must reach EOF within 5 s of the runner's exit.
+    /// marked process and panics. The pipes must reach EOF within 30 s of the runner's exit.
     pub fn wait_for_runner(&self, mut child: Child, limit: Duration) -> std::process::Output {
         let stdout = drain(child.stdout.take());
         let stderr = drain(child.stderr.take());
@@ -367,8 +441,9 @@ impl Sandbox {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
+        // A hang guard: a leaked payload holding a pipe would hold it for 300 s.
         let eof = |rx: std::sync::mpsc::Receiver<Vec<u8>>, name: &str| {
-            rx.recv_timeout(Duration::from_secs(5))
+            rx.recv_timeout(Duration::from_secs(30))
                 .unwrap_or_else(|_| panic!("the runner's {name} stayed open after it exited"))
         };
         std::process::Output {
@@ -425,13 +500,10 @@ impl Sandbox {
         Ok(())
     }
 
-    /// The pid a payload recorded, if it did.
+    /// The pid a payload recorded, if it did (the whole line: `mark_ready` writes in place).
     pub fn pid_of(&self, name: &str) -> Option<i32> {
-        std::fs::read_to_string(self.scratch.join(format!("{name}.pid")))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        let line = std::fs::read_to_string(self.scratch.join(format!("{name}.pid"))).ok()?;
+        line.strip_suffix('\n')?.trim().parse().ok()
     }
 
     /// Asserts that every payload in `names` recorded its pid (it really ran) and that neither
@@ -456,11 +528,15 @@ impl Sandbox {
         );
     }
 
-    /// The entries of the state dir (an empty list when it does not exist).
+    /// The entries of the state dir (an empty list when it does not exist), but an empty
+    /// `locks` (a protected run makes it for the user locks of its nested runs).
     pub fn namespace_entries(&self) -> Vec<String> {
+        let locks = self.state.join("locks");
+        let empty_locks = std::fs::read_dir(&locks).is_ok_and(|mut d| d.next().is_none());
         match std::fs::read_dir(&self.state) {
             Ok(entries) => entries
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| !(empty_locks && name == "locks"))
                 .collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => panic!("read {}: {e}", self.state.display()),

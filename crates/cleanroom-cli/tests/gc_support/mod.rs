@@ -90,6 +90,8 @@ pub struct Sandbox {
     pub ns: PathBuf,
     /// `Some(uid)` when commands run as that unprivileged user.
     pub user: Option<u32>,
+    /// The binary as that user can run it (a copy when the checkout is out of its reach).
+    user_bin: Option<crate::common::RunnableByNobody>,
 }
 
 impl Sandbox {
@@ -106,6 +108,7 @@ impl Sandbox {
             dir,
             ns,
             user: None,
+            user_bin: None,
         }
     }
 
@@ -115,6 +118,7 @@ impl Sandbox {
         fs::set_permissions(sandbox.dir.path(), fs::Permissions::from_mode(0o711)).unwrap();
         chown(&sandbox.ns, NOBODY);
         sandbox.user = Some(NOBODY);
+        sandbox.user_bin = Some(crate::common::RunnableByNobody::new(Path::new(bin())));
         sandbox
     }
 
@@ -134,10 +138,16 @@ impl Sandbox {
         let mut cmd = match self.user {
             Some(uid) => {
                 let mut c = Command::new("setpriv");
+                // From a directory that user reaches: the checkout may lie in a 0700 one.
+                c.current_dir(self.dir.path());
                 c.arg(format!("--reuid={uid}"))
                     .arg(format!("--regid={uid}"))
                     .arg("--clear-groups")
-                    .arg(bin());
+                    .arg(
+                        self.user_bin
+                            .as_ref()
+                            .map_or(Path::new(bin()), |b| b.path()),
+                    );
                 c
             }
             None => Command::new(bin()),
@@ -203,11 +213,15 @@ impl Sandbox {
         )
     }
 
-    /// The names in the namespace, sorted.
+    /// The names in the namespace, sorted, but an empty `locks` (a protected run makes it for
+    /// the user locks of its nested runs).
     pub fn names(&self) -> Vec<String> {
+        let locks = self.ns.join("locks");
+        let empty_locks = fs::read_dir(&locks).is_ok_and(|mut d| d.next().is_none());
         let mut names: Vec<String> = fs::read_dir(&self.ns)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| !(empty_locks && name == "locks"))
             .collect();
         names.sort();
         names
@@ -246,7 +260,7 @@ pub fn start_time(pid: i32) -> Option<u64> {
 }
 
 /// The state letter of `/proc/<pid>/stat`.
-fn state(pid: i32) -> Option<char> {
+pub fn state(pid: i32) -> Option<char> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
@@ -520,6 +534,21 @@ impl RootSpec {
     }
 }
 
+/// The shared lock a live owner holds on its root (`flock(LOCK_SH)`, from before its marker
+/// exists until the root is gone), taken by this test process, for a root whose marker names
+/// this process ([`own_process`]): held while the returned descriptor is open. Without it, a
+/// marker naming a live process is a lie (the owner does not hold its root) and gc reclaims it.
+pub fn hold_as_owner(root: &Path) -> std::os::fd::OwnedFd {
+    let dir = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .unwrap();
+    rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
+    dir
+}
+
 /// Writes `text` to a new file with mode 0600.
 pub fn write_private(path: &Path, text: &str) {
     use std::io::Write;
@@ -680,6 +709,13 @@ impl ImmutableGuard {
         let flags = rustix::fs::ioctl_getflags(file.as_fd()).unwrap();
         rustix::fs::ioctl_setflags(file.as_fd(), flags | rustix::fs::IFlags::IMMUTABLE).unwrap();
         ImmutableGuard { file }
+    }
+
+    /// `chattr +i path` of a file in a root, after a second link at `outside`: a removal clears
+    /// the flags only of what is the root's alone, so this file stays stuck.
+    pub fn pin(path: &Path, outside: &Path) -> ImmutableGuard {
+        fs::hard_link(path, outside).unwrap();
+        ImmutableGuard::set(path)
     }
 }
 

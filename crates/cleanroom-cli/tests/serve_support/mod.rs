@@ -4,9 +4,16 @@
 //!
 //! Every server has a private state dir and works in a private dir under the test target's
 //! tmp dir (nothing in /tmp); [`Server::stop`] ends it with SIGTERM and checks it exited 0 and
-//! left no root behind.
+//! left no root behind. A test that fails before it stops its server still leaves nothing: the
+//! server is stopped in order on drop (SIGTERM, then SIGKILL and `cleanroom gc` of its state
+//! dir if it does not exit), and gets SIGTERM if the test process dies (`PR_SET_PDEATHSIG`).
 
 #![allow(dead_code)]
+
+// serve.rs has `common` too, which includes the same file: two copies, one per module.
+#[allow(clippy::duplicate_mod)]
+#[path = "../../../cleanroom/tests/support/reach.rs"]
+mod reach;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -34,40 +41,130 @@ pub struct Server {
     child: Child,
     url: String,
     dir: tempfile::TempDir,
+    /// The binary's copy, for a server run as a uid that cannot reach the checkout.
+    bin_copy: Option<reach::RunnableByNobody>,
+    /// The ordinary user it runs as, if not the test's.
+    uid: Option<u32>,
 }
 
 impl Server {
     /// Starts the server with `args` after `serve`.
     pub fn start(args: &[&str]) -> Server {
-        Server::start_with(args, None)
+        Server::start_with(args, None, false)
     }
 
     /// Starts the server as an ordinary user: as `nobody` when the test runs as root (the work
     /// and state dirs are theirs), else as the test's own user.
     pub fn start_unprivileged(args: &[&str]) -> Server {
-        let root = rustix::process::geteuid().is_root();
-        Server::start_with(args, root.then_some(NOBODY))
+        Server::start_with(args, ordinary_uid(), false)
     }
 
-    fn start_with(args: &[&str], uid: Option<u32>) -> Server {
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    /// Starts the server with `args` as root, or as an ordinary user (`ordinary`, as
+    /// [`Server::start_unprivileged`]), after `prepare` has filled the work dir (its argument,
+    /// canonical) and set up the command (environment, working directory); what `prepare`
+    /// creates for an ordinary user's server is given to that user.
+    pub fn start_prepared(
+        args: &[&str],
+        ordinary: bool,
+        prepare: impl FnOnce(&Path, &mut Command),
+    ) -> Server {
+        let uid = if ordinary { ordinary_uid() } else { None };
+        Server::start_with_prepared(args, uid, false, prepare)
+    }
+
+    /// [`Server::start_prepared`] in a private mount namespace of its own, where `setup` (a shell
+    /// script, given the work dir) runs as root before the server starts (bind mounts, a lower
+    /// descriptor limit); an ordinary user's server is then started through `setpriv`. Root only.
+    pub fn start_in_mount_namespace(
+        args: &[&str],
+        ordinary: bool,
+        prepare: impl FnOnce(&Path, &mut Command),
+        setup: impl FnOnce(&Path) -> String,
+    ) -> Server {
+        let uid = if ordinary { ordinary_uid() } else { None };
+        let wrapper = move |work: &Path, command: &mut Command| {
+            let script = setup(work);
+            let as_user = match uid {
+                Some(uid) => format!("setpriv --reuid={uid} --regid={uid} --clear-groups "),
+                None => String::new(),
+            };
+            let script = format!("{script}\nexec {as_user}\"$@\"");
+            let wrapper = [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-ec",
+            ];
+            wrap(command, &wrapper, &[script.as_str(), "sh"]);
+        };
+        Server::start_with_prepared(args, uid, false, |work, command| {
+            prepare(work, command);
+            wrapper(work, command);
+        })
+    }
+
+    /// [`Server::start`] (or [`Server::start_unprivileged`]), with the server's stderr in a file
+    /// of the work dir ([`Server::log`]).
+    pub fn start_logged(args: &[&str], unprivileged: bool) -> Server {
+        let uid = if unprivileged { ordinary_uid() } else { None };
+        Server::start_with(args, uid, true)
+    }
+
+    fn start_with(args: &[&str], uid: Option<u32>, logged: bool) -> Server {
+        Server::start_with_prepared(args, uid, logged, |_, _| {})
+    }
+
+    /// The work and state dirs are under the test target's tmp dir (or /var/tmp for a checkout
+    /// under /tmp, see `reach::outside_tmp`); a server run as another uid gets them (and the
+    /// binary) where that uid can reach them (see `reach`).
+    fn start_with_prepared(
+        args: &[&str],
+        uid: Option<u32>,
+        logged: bool,
+        prepare: impl FnOnce(&Path, &mut Command),
+    ) -> Server {
+        let target_tmp = reach::outside_tmp(Path::new(env!("CARGO_TARGET_TMPDIR")));
+        let target_tmp = target_tmp.as_path();
+        let bin = Path::new(env!("CARGO_BIN_EXE_cleanroom"));
+        let (dir, runnable) = match uid {
+            None => (tempfile::tempdir_in(target_tmp).unwrap(), None),
+            Some(_) => (
+                reach::tempdir_reachable_by_nobody(target_tmp, "serve-"),
+                Some(reach::RunnableByNobody::new(bin)),
+            ),
+        };
         std::fs::create_dir(dir.path().join("work")).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cleanroom"));
+        let mut command = Command::new(runnable.as_ref().map_or(bin, |copy| copy.path()));
+        let work = std::fs::canonicalize(dir.path().join("work")).unwrap();
+        let stderr = match logged {
+            true => Stdio::from(std::fs::File::create(dir.path().join("stderr.log")).unwrap()),
+            false => Stdio::inherit(),
+        };
         if let Some(uid) = uid {
             use std::os::unix::fs::{chown, PermissionsExt};
             use std::os::unix::process::CommandExt;
-            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
             std::fs::create_dir(dir.path().join("ns")).unwrap();
-            for owned in ["work", "ns"] {
-                chown(dir.path().join(owned), Some(uid), Some(uid)).unwrap();
-            }
+            // Its working directory too must be one it can reach (not the crate's, in a
+            // checkout that may be out of its reach).
+            command
+                .uid(uid)
+                .gid(uid)
+                .env("HOME", "/nonexistent")
+                .current_dir(&work);
+            prepare(&work, &mut command);
+            give_tree(&work, uid);
+            chown(dir.path().join("ns"), Some(uid), Some(uid)).unwrap();
             std::fs::set_permissions(
                 dir.path().join("ns"),
                 std::fs::Permissions::from_mode(0o700),
             )
             .unwrap();
-            command.uid(uid).gid(uid).env("HOME", "/nonexistent");
+        } else {
+            prepare(&work, &mut command);
         }
+        stop_with_the_test(&mut command);
         let mut child = command
             .arg("--state-dir")
             .arg(dir.path().join("ns"))
@@ -75,7 +172,7 @@ impl Server {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut url = String::new();
@@ -87,7 +184,24 @@ impl Server {
             child,
             url: url.trim().to_string(),
             dir,
+            bin_copy: runnable,
+            uid,
         }
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The URL clients connect to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// What a server started with [`Server::start_logged`] wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
     }
 
     /// The private work dir (canonical).
@@ -102,13 +216,13 @@ impl Server {
         client
     }
 
-    /// SIGTERM; the server exits 0 and leaves no root.
-    pub fn stop(mut self) {
-        // SAFETY: kill(2) on our own child, not yet waited for.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) },
-            0
-        );
+    /// SIGTERM; the server exits 0 and leaves no root. Returns what it logged (see
+    /// [`Server::start_logged`]).
+    pub fn stop(mut self) -> String {
+        // SAFETY: kill(2) takes no memory; the pid is our own child's, not yet waited for, so
+        // it still names the server.
+        let rc = unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        assert_eq!(rc, 0);
         let deadline = Instant::now() + TIMEOUT;
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -127,14 +241,104 @@ impl Server {
             .filter(|e| e.file_name().to_string_lossy().contains("run-"))
             .collect();
         assert!(left.is_empty(), "roots left behind: {left:?}");
+        self.log()
     }
 }
 
+/// `nobody` when the test runs as root, else `None` (the test's own user is an ordinary one).
+fn ordinary_uid() -> Option<u32> {
+    rustix::process::geteuid().is_root().then_some(NOBODY)
+}
+
 impl Drop for Server {
+    /// A test that did not stop its server (it failed) still leaves nothing behind: SIGTERM,
+    /// which reaps every session; if the server does not exit within the bound, SIGKILL and
+    /// `cleanroom gc` of its state dir, which reclaims its root, cgroup and processes (before
+    /// the state dir itself is removed).
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        // SAFETY: kill(2) on our own child, not yet waited for.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let bin = self.bin_copy.as_ref().map(|copy| copy.path());
+        gc_with(bin, &self.dir.path().join("ns"), self.uid);
+    }
+}
+
+/// Makes `command` run through `wrapper` (a program and its arguments, then `extra`, then the
+/// command's program), keeping its environment and working directory; the command's own
+/// arguments are added afterwards, as before.
+pub fn wrap(command: &mut Command, wrapper: &[&str], extra: &[&str]) {
+    let mut wrapped = Command::new(wrapper[0]);
+    wrapped
+        .args(&wrapper[1..])
+        .args(extra)
+        .arg(command.get_program());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    *command = wrapped;
+}
+
+/// `cleanroom gc` of the state dir `ns`, as `uid` (the server's user) when given.
+pub fn gc(ns: &Path, uid: Option<u32>) -> std::process::Output {
+    gc_with(None, ns, uid)
+}
+
+/// `cleanroom gc` of `ns` as `uid`, through `bin` (a copy `uid` can reach) when given.
+fn gc_with(bin: Option<&Path>, ns: &Path, uid: Option<u32>) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(bin.unwrap_or(Path::new(env!("CARGO_BIN_EXE_cleanroom"))));
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid).env("HOME", "/nonexistent");
+    }
+    command
+        .arg("--state-dir")
+        .arg(ns)
+        .arg("gc")
+        .stdin(Stdio::null())
+        .output()
+        .expect("cleanroom gc runs")
+}
+
+/// Makes the server started by `command` get SIGTERM when the test's thread (or process) dies,
+/// so that a test killed by its harness still has its server reap its processes. (Set after
+/// the uid change: a change of credentials clears it.)
+pub fn stop_with_the_test(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(PR_SET_PDEATHSIG) between fork and exec: one async-signal-safe call.
+    unsafe {
+        command.pre_exec(
+            || match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            },
+        );
+    }
+}
+
+/// Gives `path` and everything beneath it (links themselves, not followed) to `uid`.
+pub fn give_tree(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    if std::fs::symlink_metadata(path).unwrap().is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            give_tree(&entry.unwrap().path(), uid);
         }
     }
 }
@@ -332,7 +536,17 @@ pub fn decode(chunk: &Value) -> String {
 
 /// The `file:` URI of an absolute path (test paths need no escaping).
 pub fn uri(path: &Path) -> String {
-    format!("file://{}", path.display())
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file://");
+    for &byte in path.as_os_str().as_bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                uri.push(char::from(byte))
+            }
+            _ => uri.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    uri
 }
 
 /// A special root entry.

@@ -1,258 +1,340 @@
-//! Mutating `fs/*` calls of a server run by an ordinary user, where the call's policy needs
-//! mounts (a read-only `.git` inside a writable workspace) that a thread cannot get (a user
-//! namespace is for single-threaded processes only) and the Landlock cover would forbid new
-//! entries in the workspace root.
+//! Children forked for `fs/*` calls. Mutating calls whose plan the thread's Landlock cover would
+//! refuse (it cannot create or remove entries directly in the directories it descends, such as a
+//! workspace root holding a read-only `.git`): a forked child applies the process form of the
+//! call's policy (mount namespace with read-only binds and hidden paths, a user namespace for an
+//! ordinary user, Landlock; the same hook as `process/start`) and carries out the plan
+//! ([`Plan::execute_in`]). Calls whose policy binds host paths beneath the private `/tmp` and
+//! `/var/tmp` ([`view`]): a forked child binds them as a process of the policy would and sends
+//! its root and mount namespace back, and exits; the call works in that namespace.
 //!
-//! The call is planned on its confined thread (reads under the cover are exact), then a forked
-//! child applies the process form of the policy (user and mount namespace, mounts, Landlock; the
-//! same hook as `process/start`) and executes the plan with raw system calls only.
-//!
-//! Invariants: the child runs nothing but async-signal-safe calls on data prepared before the
-//! fork, and exits with 0 or the errno of the first step that failed, which the parent reports
-//! as that OS error; the child is registered with the reaper before it can exit, so the orphan
-//! reaper never takes its status; the fork is made from an unconfined thread (a child of a
-//! confined one would keep the cover on top of the mounts).
+//! Invariants: the child runs nothing but the sandbox hook and the plan's raw system calls on
+//! data prepared before the fork (a view's child: two `open`s and a `sendmsg`, or a `send` of
+//! its set-up's error, which the call's answer explains); once confined it closes every
+//! descriptor it inherited but its report pipe (the server's sockets, logs and namespace descriptors are not the plan's); the
+//! plan resolves every path again inside the child's mount namespace (the environment's, joined
+//! first, with the call's own mounts inside it), without magic links (a descriptor inherited from
+//! the server would lead past the child's mounts); the child writes one report (done, or the
+//! failing step and errno) to a pipe before it exits, and the call is answered from that report,
+//! so the answer does not wait for the teardown of the child's namespaces (an RCU grace period)
+//! that its exit waits for; the child is registered with the reaper before it can exit and
+//! reaped by this module, so the orphan reaper never takes its status, and with its session,
+//! which kills it when it ends; the fork is made from an unconfined thread (a child of a confined
+//! one would keep the cover on top of the mounts).
 
-use std::ffi::CString;
-use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
+use cleanroom::protect::view::{send_failure, send_own, View};
 use cleanroom::protect::Sandbox;
+use rustix::pipe::PipeFlags;
 
-use super::os_error;
+use super::handles::Handles;
+use super::mutate::{Failure, Plan};
 use crate::process::Reaper;
 use crate::protocol::RpcError;
 
-/// One system call of a plan.
-#[derive(Debug)]
-pub enum Step {
-    /// Creates or truncates the file and writes the bytes.
-    Write(CString, Vec<u8>),
-    /// `mkdir`; `true`: an existing directory is fine.
-    Mkdir(CString, bool),
-    /// Copies a regular file's bytes and permission bits.
-    CopyFile(CString, CString),
-    /// `symlink(target, path)`.
-    Symlink(CString, CString),
-    /// `unlink`.
-    Unlink(CString),
-    /// `rmdir`.
-    Rmdir(CString),
-}
+/// The step a child reports when it carried out the whole plan.
+const DONE: u64 = u64::MAX - 1;
+/// The step a child reports when applying the sandbox itself failed.
+const CONFINING: u64 = u64::MAX;
+/// A report: the step (u64) and the errno (i32).
+const REPORT: usize = 12;
 
-/// A path as a C string (file URIs never decode to a NUL).
-pub fn c(path: &Path) -> CString {
-    CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
-}
-
-/// The steps of `mkdir -p path`: every missing-or-existing ancestor, shallowest first.
-pub fn mkdir_all(path: &Path) -> Vec<Step> {
-    let mut prefixes: Vec<&Path> = path.ancestors().filter(|p| p.parent().is_some()).collect();
-    prefixes.reverse();
-    prefixes
-        .into_iter()
-        .map(|p| Step::Mkdir(c(p), true))
-        .collect()
-}
-
-/// The steps removing the tree at `path` (not following links), deepest first.
-pub fn remove_tree(path: &Path, steps: &mut Vec<Step>) -> Result<(), RpcError> {
-    for entry in fs::read_dir(path).map_err(os_error)? {
-        let entry = entry.map_err(os_error)?;
-        match entry.file_type().map_err(os_error)?.is_dir() {
-            true => remove_tree(&entry.path(), steps)?,
-            false => steps.push(Step::Unlink(c(&entry.path()))),
+/// Forks a child that applies `sandbox` and executes `plan`; answers when the child has
+/// reported, and reaps it afterwards on the same blocking thread (never a confined one). The
+/// child belongs to the session of `handles` until it is reaped.
+pub async fn run(
+    sandbox: Sandbox,
+    plan: Plan,
+    reaper: Reaper,
+    handles: &Handles,
+) -> Result<(), RpcError> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let children = handles.children();
+    tokio::task::spawn_blocking(move || {
+        let mut answer = Some(answer);
+        let mut send = |result| {
+            if let Some(answer) = answer.take() {
+                let _ = answer.send(result);
+            }
+        };
+        let (pid, report) = match fork(&sandbox, &plan, &reaper) {
+            Ok(forked) => forked,
+            Err(e) => return send(Err(e)),
+        };
+        let registered = children.add(pid);
+        if let Some(report) = read_report(&report) {
+            send(answer_of(&sandbox, &plan, report));
         }
-    }
-    steps.push(Step::Rmdir(c(path)));
-    Ok(())
+        let exited = wait(pid);
+        drop(registered);
+        reaper.release(pid);
+        // Without a report (the child died first) the answer is sent only now.
+        send(Err(RpcError::internal(match exited {
+            Some(code) => format!("the filesystem child exited with {code} before it reported"),
+            None => "the filesystem child did not finish".into(),
+        })));
+    });
+    answered
+        .await
+        .map_err(|_| RpcError::internal("the filesystem task failed"))?
 }
 
-/// The steps copying the tree at `from` to `to` (links as links).
-pub fn copy_tree(from: &Path, to: &Path, steps: &mut Vec<Step>) -> Result<(), RpcError> {
-    let meta = fs::symlink_metadata(from).map_err(os_error)?;
-    if meta.file_type().is_symlink() {
-        steps.push(Step::Symlink(
-            c(&fs::read_link(from).map_err(os_error)?),
-            c(to),
-        ));
-    } else if meta.is_dir() {
-        steps.push(Step::Mkdir(c(to), false));
-        for entry in fs::read_dir(from).map_err(os_error)? {
-            let entry = entry.map_err(os_error)?;
-            copy_tree(&entry.path(), &to.join(entry.file_name()), steps)?;
-        }
-    } else {
-        steps.push(Step::CopyFile(c(from), c(to)));
-    }
-    Ok(())
+/// Forks the child; its pid and the end of the pipe it reports on.
+fn fork(sandbox: &Sandbox, plan: &Plan, reaper: &Reaper) -> Result<(i32, OwnedFd), RpcError> {
+    let mut slots = plan.slots();
+    let (report, report_in_child) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
+        .map_err(|e| RpcError::internal(format!("cannot make a pipe for the child: {e}")))?;
+    let pid = fork_confined(sandbox, reaper, |confined| {
+        let report = match confined {
+            Ok(()) => {
+                close_all_but(report_in_child.as_raw_fd());
+                match plan.execute_in(&mut slots, &View::own()) {
+                    Ok(()) => (DONE, 0),
+                    Err(f) => (f.step as u64, f.errno),
+                }
+            }
+            Err(e) => (CONFINING, e.raw_os_error().unwrap_or(libc::EPERM)),
+        };
+        exit_reporting(&report_in_child, report)
+    })?;
+    Ok((pid, report))
 }
 
-/// Forks a child that applies `sandbox` and runs `steps`; blocking (call on a thread that is
-/// not itself confined).
-pub fn run(sandbox: &Sandbox, steps: &[Step], reaper: &Reaper) -> Result<(), RpcError> {
-    let hook = sandbox.child_hook();
-    let pid = {
-        let mut guard = reaper.spawning();
-        // SAFETY: the child only runs the sandbox hook (async-signal-safe by contract) and
-        // `execute` (raw system calls on data prepared before the fork), then `_exit`.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            let code = match hook.as_ref().map_or(Ok(()), |h| h()) {
-                Ok(()) => execute(steps),
-                Err(e) => e.raw_os_error().unwrap_or(libc::EPERM),
+/// The mount namespace a process of the call's policy works in, with the host paths it binds
+/// beneath the private `/tmp` and `/var/tmp` (`binder`: [`Sandbox::binder`]): a forked child
+/// applies `binder` and sends its root and namespace ([`send_own`]); it belongs to the session
+/// of `handles` until it is reaped, as the child of a mutating call.
+pub async fn view(binder: Sandbox, reaper: Reaper, handles: &Handles) -> Result<View, RpcError> {
+    let children = handles.children();
+    let seen = tokio::task::spawn_blocking(move || {
+        let flags = rustix::net::SocketFlags::CLOEXEC;
+        let (ours, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            flags,
+            None,
+        )
+        .map_err(|e| RpcError::internal(format!("cannot make a socket for the child: {e}")))?;
+        let pid = fork_confined(&binder, &reaper, |confined| {
+            let sent = match confined {
+                Ok(()) => send_own(theirs.as_fd()),
+                Err(e) => send_failure(theirs.as_fd(), &e).and(Err(e)),
             };
             // SAFETY: ends the child without running destructors or atexit handlers.
-            unsafe { libc::_exit(code.clamp(0, 255)) };
+            unsafe { libc::_exit(i32::from(sent.is_err())) }
+        })?;
+        let registered = children.add(pid);
+        drop(theirs);
+        let view = View::receive(ours.as_fd());
+        wait(pid);
+        drop(registered);
+        reaper.release(pid);
+        view.map_err(|e| {
+            let why = binder.explain(&e).unwrap_or_else(|| e.to_string());
+            RpcError::internal(format!(
+                "cannot bind the host paths of the call's policy: {why}"
+            ))
+        })
+    });
+    seen.await
+        .map_err(|e| RpcError::internal(format!("the filesystem task failed: {e}")))?
+}
+
+/// Forks a child that applies `sandbox` and passes the outcome to `body`, which ends it;
+/// the child's pid, owned by this module (the orphan reaper leaves it alone until released).
+/// The child works in `/`, not in the server's working directory: it names absolute paths
+/// only, and the hook re-enters its working directory after its mounts, where the call's
+/// policy may hide the server's (a project it gives no access: the directory is gone there).
+fn fork_confined(
+    sandbox: &Sandbox,
+    reaper: &Reaper,
+    body: impl FnOnce(io::Result<()>),
+) -> Result<i32, RpcError> {
+    let hook = sandbox.child_hook();
+    let mut guard = reaper.spawning();
+    // SAFETY: the child only runs chdir, the sandbox hook (async-signal-safe by contract) and
+    // `body` (raw system calls on data prepared before the fork, then `_exit`).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: chdir takes a NUL-terminated path.
+        let rooted = match unsafe { libc::chdir(c"/".as_ptr()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        };
+        body(rooted.and_then(|()| hook.as_ref().map_or(Ok(()), |h| h())));
+        // SAFETY: `body` ends the child; should it return, the child ends here all the same.
+        unsafe { libc::_exit(127) }
+    }
+    if pid < 0 {
+        return Err(RpcError::internal(format!(
+            "cannot fork for the filesystem call: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    guard.own(pid);
+    Ok(pid)
+}
+
+/// In the child: closes every descriptor but `keep` (`close_range`; raw system calls only).
+fn close_all_but(keep: i32) {
+    let keep = keep as libc::c_uint;
+    // SAFETY: close_range takes integers only; it closes descriptors this forked child inherited
+    // and no longer uses (the plan opens its own).
+    unsafe {
+        if keep > 0 {
+            libc::syscall(
+                libc::SYS_close_range,
+                0 as libc::c_uint,
+                keep - 1,
+                0 as libc::c_uint,
+            );
         }
-        if pid < 0 {
-            return Err(RpcError::internal(format!(
-                "cannot fork for the filesystem call: {}",
-                io::Error::last_os_error()
-            )));
+        libc::syscall(
+            libc::SYS_close_range,
+            keep + 1,
+            libc::c_uint::MAX,
+            0 as libc::c_uint,
+        );
+    }
+}
+
+/// The child's report (`None`: it exited or died without one).
+fn read_report(report: &OwnedFd) -> Option<(u64, i32)> {
+    let mut bytes = [0u8; REPORT];
+    let mut filled = 0;
+    while filled < REPORT {
+        match rustix::io::read(report, &mut bytes[filled..]) {
+            Ok(0) => return None,
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
         }
-        guard.own(pid);
-        pid
-    };
+    }
+    let step = u64::from_ne_bytes(bytes[..8].try_into().ok()?);
+    let errno = i32::from_ne_bytes(bytes[8..].try_into().ok()?);
+    Some((step, errno))
+}
+
+/// The answer to the child's report. A failure to apply `sandbox` names its step (the hook's
+/// error carries it) and the system's answer.
+fn answer_of(sandbox: &Sandbox, plan: &Plan, (step, errno): (u64, i32)) -> Result<(), RpcError> {
+    match step {
+        DONE => Ok(()),
+        CONFINING => {
+            let error = io::Error::from_raw_os_error(errno);
+            let why = sandbox.explain(&error).unwrap_or_else(|| error.to_string());
+            Err(RpcError::internal(format!(
+                "cannot confine the filesystem call: {why}"
+            )))
+        }
+        step => Err(plan.answer(Failure {
+            step: usize::try_from(step).unwrap_or(usize::MAX),
+            errno,
+        })),
+    }
+}
+
+/// In the child: writes `report` (step, errno) and exits.
+fn exit_reporting(report: &OwnedFd, (step, errno): (u64, i32)) -> ! {
+    let mut bytes = [0u8; REPORT];
+    bytes[..8].copy_from_slice(&step.to_ne_bytes());
+    bytes[8..].copy_from_slice(&errno.to_ne_bytes());
+    let written = rustix::io::write(report, &bytes);
+    let code = i32::from(step != DONE || written != Ok(REPORT));
+    // SAFETY: ends the child without running destructors or atexit handlers.
+    unsafe { libc::_exit(code) }
+}
+
+/// Waits for our child `pid`; its exit code, `None` if it did not exit normally.
+fn wait(pid: libc::pid_t) -> Option<i32> {
     let mut status = 0;
-    let waited = loop {
+    loop {
         // SAFETY: waits for our own child; `status` is a valid out-pointer.
         let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc == pid || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break rc == pid;
+        if rc == pid {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
         }
-    };
-    reaper.release(pid);
-    match (waited, libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
-        (true, true, 0) => Ok(()),
-        (true, true, errno) => Err(os_error(io::Error::from_raw_os_error(errno))),
-        _ => Err(RpcError::internal("the filesystem child did not finish")),
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return None;
+        }
     }
 }
 
-/// Runs `steps` in order; 0 or the errno of the first failure. Raw system calls only.
-fn execute(steps: &[Step]) -> i32 {
-    for step in steps {
-        let result = match step {
-            Step::Write(path, data) => write_file(path, data),
-            Step::Mkdir(path, existing_ok) => mkdir(path, *existing_ok),
-            Step::CopyFile(from, to) => copy_file(from, to),
-            // SAFETY: NUL-terminated paths.
-            Step::Symlink(target, path) => {
-                check(unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) })
-            }
-            // SAFETY: a NUL-terminated path.
-            Step::Unlink(path) => check(unsafe { libc::unlink(path.as_ptr()) }),
-            // SAFETY: a NUL-terminated path.
-            Step::Rmdir(path) => check(unsafe { libc::rmdir(path.as_ptr()) }),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::mutate;
+    use crate::fs::resolve::Reach;
+    use crate::policy::{self, Base, Target};
+    use crate::protocol::Params;
+    use serde_json::json;
+
+    /// The child applies the call's policy itself, whatever the plan: one made without a policy
+    /// (an unconfined [`Reach`], so no check of the thread's refuses it) writes where the policy
+    /// lets it (the workspace root, the route that needs the child) and not into the read-only
+    /// `.git` in it. Fails when the child skips the sandbox hook.
+    #[tokio::test]
+    async fn the_child_holds_the_policy_even_for_a_plan_no_check_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(ws.join(".git")).unwrap();
+        let base = Base {
+            rules: Vec::new(),
+            enforced: false,
+            tmpdir: ws.clone(),
+            shared_dev_shm: false,
+            view: View::own(),
         };
-        if let Err(errno) = result {
-            return errno;
+        let special = |kind: &str, subpath: Option<&str>, access: &str| {
+            json!({"access": access, "path": {"type": "special",
+                   "value": {"kind": kind, "subpath": subpath}}})
+        };
+        let params = json!({"sandbox": {"cwd": crate::uri::file_uri(&ws),
+            "permissions": {"type": "managed", "network": "restricted", "file_system": {
+                "type": "restricted", "entries": [
+                    special("root", None, "read"),
+                    special("project_roots", None, "write"),
+                    special("project_roots", Some(".git"), "read")]}}}});
+        let params = Params::new(&params).unwrap();
+        let handles = Handles::default();
+        for (name, allowed) in [("new", true), (".git/new", false)] {
+            let sandbox = policy::for_fs_call(&params, &base, Target::Child, false)
+                .unwrap()
+                .expect("a policy that restricts");
+            let path = ws.join(name);
+            let plan = mutate::write_file(&path, b"x".to_vec(), &Reach::default()).unwrap();
+            let result = run(sandbox, plan, Reaper::default(), &handles).await;
+            assert_eq!(result.is_ok(), allowed, "{name}: {result:?}");
+            assert_eq!(path.exists(), allowed, "{name}");
         }
     }
-    0
-}
 
-fn errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-fn check(rc: libc::c_int) -> Result<(), i32> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(errno())
-    }
-}
-
-fn write_file(path: &CString, data: &[u8]) -> Result<(), i32> {
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC;
-    // SAFETY: a NUL-terminated path; the mode is an integer.
-    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o666) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    let written = write_all(fd, data);
-    // SAFETY: `fd` is ours and closed once.
-    unsafe { libc::close(fd) };
-    written
-}
-
-fn write_all(fd: libc::c_int, mut data: &[u8]) -> Result<(), i32> {
-    while !data.is_empty() {
-        // SAFETY: `data` is a valid buffer of the given length.
-        let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
-        match n {
-            n if n > 0 => data = &data[n as usize..],
-            _ if errno() == libc::EINTR => {}
-            _ => return Err(errno()),
+    /// A forked child keeps only the descriptor it reports on: one the server holds without
+    /// `O_CLOEXEC` (which an exec would not close either) is closed, and so is every other.
+    #[test]
+    fn a_child_keeps_only_the_descriptor_it_reports_on() {
+        use std::os::unix::process::CommandExt;
+        let file = std::fs::File::open("/").unwrap();
+        let stray = rustix::io::dup(&file).unwrap();
+        let raw = stray.as_raw_fd();
+        let mut command = std::process::Command::new("true");
+        // SAFETY: the hook only makes system calls (close_range, fcntl) on integers and
+        // allocates nothing (the test harness has other threads).
+        unsafe {
+            command.pre_exec(move || {
+                close_all_but(1);
+                match libc::fcntl(raw, libc::F_GETFD) {
+                    -1 => Ok(()),
+                    // No allocation after the fork: an errno of our choosing (still open).
+                    _ => Err(io::Error::from_raw_os_error(libc::EEXIST)),
+                }
+            });
         }
-    }
-    Ok(())
-}
-
-fn mkdir(path: &CString, existing_ok: bool) -> Result<(), i32> {
-    // SAFETY: a NUL-terminated path.
-    if unsafe { libc::mkdir(path.as_ptr(), 0o777) } == 0 {
-        return Ok(());
-    }
-    let err = errno();
-    // SAFETY: an all-zero `stat` is a valid out-buffer for stat(2).
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a valid out-pointer.
-    let is_dir = unsafe { libc::stat(path.as_ptr(), &mut st) } == 0
-        && st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-    if err == libc::EEXIST && existing_ok && is_dir {
-        Ok(())
-    } else {
-        Err(err)
-    }
-}
-
-fn copy_file(from: &CString, to: &CString) -> Result<(), i32> {
-    // SAFETY: a NUL-terminated path.
-    let src = unsafe { libc::open(from.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if src < 0 {
-        return Err(errno());
-    }
-    // SAFETY: an all-zero `stat` is a valid out-buffer; `src` is open.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let mode = match unsafe { libc::fstat(src, &mut st) } {
-        0 => st.st_mode & 0o7777,
-        _ => 0o644,
-    };
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC;
-    // SAFETY: a NUL-terminated path; integer flags and mode.
-    let dst = unsafe { libc::open(to.as_ptr(), flags, mode as libc::c_uint) };
-    let result = if dst < 0 {
-        Err(errno())
-    } else {
-        pump(src, dst)
-    };
-    // SAFETY: the descriptors are ours and closed once.
-    unsafe {
-        libc::close(src);
-        if dst >= 0 {
-            libc::close(dst);
-        }
-    }
-    result
-}
-
-fn pump(src: libc::c_int, dst: libc::c_int) -> Result<(), i32> {
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        // SAFETY: `buf` is a valid, writable buffer of the given length.
-        let n = unsafe { libc::read(src, buf.as_mut_ptr().cast(), buf.len()) };
-        match n {
-            0 => return Ok(()),
-            n if n > 0 => write_all(dst, &buf[..n as usize])?,
-            _ if errno() == libc::EINTR => {}
-            _ => return Err(errno()),
-        }
+        // The hook's error may not be reported (its pipe may be closed too): then the child
+        // exits 1.
+        let status = command.status().expect("no descriptor left open");
+        assert!(status.success(), "{status}");
+        drop(stray);
     }
 }

@@ -1,17 +1,29 @@
 //! The `fs/*` methods (spec §6), with the shapes and error codes the Codex client reads.
 //!
 //! Owns: parsing each call's params, running its operation on a thread confined by the call's
-//! policy ([`crate::policy::for_fs_call`], the engine processes use too), and mapping OS
-//! errors to the codes the client depends on (missing: -32004 with the OS message; denied:
-//! -32600; a path that is not a `file:` URI: -32602).
+//! policy ([`crate::policy::for_fs_call`], the engine processes use too; Landlock, exact on
+//! inodes), and mapping OS errors to the codes the client depends on (missing: -32004 with the
+//! OS message; denied: -32600; a path that is not a `file:` URI: -32602).
 //!
-//! Invariants: every path-taking operation runs on a thread that has applied the call's
-//! kernel policy to itself before touching the path, so the kernel decides what it may reach;
-//! open handles ([`Handles`]) belong to one session and die with it.
+//! Routes: a call that only reads, under a policy that reads everything, runs on the blocking
+//! pool; any other call runs on a fresh thread that applies the policy to itself first; a
+//! mutating call is planned there ([`mutate`]) and carried out on that thread, or, when its plan
+//! creates or removes entries where the thread's Landlock cover cannot (`child.rs`), by a child
+//! forked with the process form of the policy, inside the environment's namespaces.
+//!
+//! Invariants: every path is resolved by the kernel in the mount namespace a process of the
+//! call's policy works in (the environment's private `/tmp`, `/var/tmp` and `/dev/shm`, with the
+//! host paths such a process binds there bound from the host's tree: [`confine`]) and without
+//! magic links ([`resolve`]) on every route, and the policy is compiled in that namespace, so
+//! no spelling reaches what the call's policy forbids; open handles and forked children
+//! ([`Handles`]) belong to one session and die with it.
 
 mod child;
 mod handles;
+mod mutate;
 mod ops;
+mod resolve;
+mod steps;
 
 use std::io;
 use std::path::PathBuf;
@@ -20,12 +32,17 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
 
+use cleanroom::protect::view::View;
+use cleanroom::protect::Sandbox;
+
 use crate::policy::{self, Base, Target};
 use crate::process::Reaper;
 use crate::protocol::{Params, RpcError, INTERNAL_ERROR, INVALID_REQUEST};
 use crate::uri::parse_file_uri;
 
 pub use handles::Handles;
+use mutate::Plan;
+use resolve::Reach;
 
 /// The code of a filesystem object that does not exist.
 pub const NOT_FOUND: i64 = -32004;
@@ -33,14 +50,21 @@ pub const NOT_FOUND: i64 = -32004;
 /// Largest file `fs/readFile` returns.
 const MAX_READ: u64 = 512 * 1024 * 1024;
 
-/// Answers the `fs/*` call `method` (`reaper`: for the child a mutating call may need).
-pub async fn call(
-    method: &str,
-    params: &Value,
-    base: &Base,
-    handles: &Handles,
-    reaper: &Reaper,
-) -> Result<Value, RpcError> {
+/// What an `fs/*` call works with.
+pub struct Context<'a> {
+    /// What every call's policy is intersected with, and the environment's view.
+    pub base: &'a Base,
+    /// The environment's established sandbox, whose namespaces a forked child joins.
+    pub environment: Option<&'a Sandbox>,
+    /// The session's open files and forked children.
+    pub handles: &'a Handles,
+    /// For the child a mutating call may need.
+    pub reaper: &'a Reaper,
+}
+
+/// Answers the `fs/*` call `method`.
+pub async fn call(method: &str, params: &Value, cx: &Context<'_>) -> Result<Value, RpcError> {
+    let handles = cx.handles;
     let p = Params::new(params)?;
     match method {
         "fs/readBlock" => return handles.read_block(&p).await,
@@ -48,30 +72,131 @@ pub async fn call(
         _ => {}
     }
     let op = Op::parse(method, &p)?;
-    let sandbox = policy::for_fs_call(&p, base, Target::Thread, !op.mutates())?;
-    let covered = sandbox
-        .as_ref()
-        .is_some_and(|s| !s.status().no_new_entries_in.is_empty());
-    if covered && op.mutates() {
-        // The thread's Landlock cover would refuse new entries the policy allows: plan on the
-        // thread, run the plan in a child that gets the policy's mounts.
-        let forked = policy::for_fs_call(&p, base, Target::Child, false)?
-            .ok_or_else(|| RpcError::internal("the child policy restricts nothing"))?;
-        let steps = policy::on_thread(sandbox, move || op.plan()).await?;
-        let reaper = reaper.clone();
-        return tokio::task::spawn_blocking(move || child::run(&forked, &steps, &reaper))
-            .await
-            .map_err(|e| RpcError::internal(format!("the filesystem task failed: {e}")))?
-            .map(|()| json!({}));
-    }
+    let (sandbox, view) = confine(&p, cx, &op).await?;
+    let _last = Teardown(view.clone());
+    let reach = Reach::of(sandbox.as_ref(), view);
     if let Op::Open { handle, path } = op {
         handles.check_new(&handle)?;
-        let file = policy::on_thread(sandbox, move || ops::open(&path)).await?;
+        let file = policy::on_thread(sandbox, move || ops::open(&path, &reach)).await?;
         return handles
             .insert(handle.clone(), file)
             .map(|()| json!({"handleId": handle}));
     }
-    policy::on_thread(sandbox, move || op.run()).await
+    if !op.mutates() {
+        return policy::on_thread(sandbox, move || op.run(&reach)).await;
+    }
+    let covered = sandbox
+        .as_ref()
+        .map(|s| s.status().no_new_entries_in.clone())
+        .unwrap_or_default();
+    let for_child = policy::on_thread(sandbox, move || {
+        let plan = op.plan(&reach)?;
+        if plan.changes_any(&covered) {
+            return Ok(Some(plan));
+        }
+        let view = reach.view();
+        plan.execute(view)
+            .map_err(|f| plan.answer(f))
+            .map(|()| None)
+    })
+    .await?;
+    match for_child {
+        Some(plan) => in_child(plan, &p, cx).await.map(|()| json!({})),
+        None => Ok(json!({})),
+    }
+}
+
+/// The call's policy on its thread, and the mount namespace it works in: what a process of
+/// that policy sees, the environment's view with the host paths such a process binds beneath
+/// the private `/tmp` and `/var/tmp` ([`Sandbox::binder`]: the environment's users' paths,
+/// `--share-tmp`, and the policy's writable roots there; for a call that leaves the file system
+/// unrestricted, the directories it names there: [`named_host_dirs`]) bound from the host's
+/// tree as it is now; the policy is compiled in that namespace, so its rules are on what the
+/// call reaches.
+async fn confine(
+    p: &Params<'_>,
+    cx: &Context<'_>,
+    op: &Op,
+) -> Result<(Option<Sandbox>, View), RpcError> {
+    let reads = !op.mutates();
+    let sandbox = policy::for_fs_call(p, cx.base, Target::Thread, reads)?;
+    let Some(environment) = cx.environment else {
+        return Ok((sandbox, cx.base.view.clone()));
+    };
+    let named = match policy::leaves_files_unrestricted(p, cx.base)? {
+        true => named_host_dirs(op, cx.base),
+        false => Vec::new(),
+    };
+    let bound = environment.binding(named).map_err(|e| {
+        RpcError::internal(format!("cannot bind the host paths the call names: {e}"))
+    })?;
+    let environment = bound.as_ref().unwrap_or(environment);
+    // A read its policy need not confine still sees the host paths the policy's writable roots
+    // bind (the private `/tmp` would show a stale copy of them: a name looked up there before
+    // a process made it on the host stays missing); the policy is compiled for that only when
+    // the read names a path beneath a private directory (compiling costs milliseconds).
+    let private = &environment.status().tmp.dirs;
+    let in_private = op
+        .paths()
+        .any(|path| private.iter().any(|dir| path.starts_with(&dir.path)));
+    let asked = in_private && p.get("sandbox").is_some_and(|s| !s.is_null());
+    let whole = match (&sandbox, asked) {
+        (None, true) => policy::for_fs_call(p, cx.base, Target::Thread, false)?,
+        _ => None,
+    };
+    let Some(binder) = environment.binder(whole.as_ref().or(sandbox.as_ref())) else {
+        return Ok((sandbox, cx.base.view.clone()));
+    };
+    let view = child::view(binder, cx.reaper.clone(), cx.handles).await?;
+    let seen = Base {
+        view: view.clone(),
+        ..cx.base.clone()
+    };
+    Ok((policy::for_fs_call(p, &seen, Target::Thread, reads)?, view))
+}
+
+/// The host directories a call that leaves the file system unrestricted binds (what it names
+/// beneath the private `/tmp` and `/var/tmp` is the host's, as it is everywhere else, so a
+/// write there is not lost when the environment ends): the nearest existing directory above
+/// each path it names (never the path itself, which a removal or a rename could not replace
+/// were it a mount point), canonical, at the access the environment's rules give it.
+/// [`Sandbox::binding`] keeps those strictly beneath a private directory.
+fn named_host_dirs(op: &Op, base: &Base) -> Vec<(PathBuf, cleanroom::protect::Access)> {
+    op.paths()
+        .filter_map(|path| {
+            let dir = path.parent()?.ancestors().find(|a| a.is_dir())?;
+            let dir = dir.canonicalize().ok()?;
+            let access = base.access(&dir);
+            Some((dir, access))
+        })
+        .collect()
+}
+
+/// Holds a call's view until the call is answered, then lets it go on the blocking pool: the
+/// teardown of a namespace of its own (its last descriptor closed) waits for an RCU grace
+/// period, which neither the answer nor a runtime thread should wait for.
+struct Teardown(View);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let view = std::mem::take(&mut self.0);
+        if !view.is_own() {
+            tokio::task::spawn_blocking(move || drop(view));
+        }
+    }
+}
+
+/// Carries out `plan` in a child that joins the environment's namespaces and gets the mounts of
+/// the call's policy inside them (the thread's Landlock cover would refuse entries the policy
+/// allows where the plan changes them).
+async fn in_child(plan: Plan, p: &Params<'_>, cx: &Context<'_>) -> Result<(), RpcError> {
+    let forked = policy::for_fs_call(p, cx.base, Target::Child, false)?
+        .ok_or_else(|| RpcError::internal("the child policy restricts nothing"))?;
+    let forked = match cx.environment {
+        Some(environment) => forked.within(environment),
+        None => forked,
+    };
+    child::run(forked, plan, cx.reaper.clone(), cx.handles).await
 }
 
 fn handle_id(p: &Params<'_>) -> Result<String, RpcError> {
@@ -170,6 +295,22 @@ impl Op {
         })
     }
 
+    /// The paths the operation names.
+    fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        let (first, second) = match self {
+            Op::Copy { from, to, .. } => (from, Some(to)),
+            Op::Metadata { path, .. }
+            | Op::ReadFile { path }
+            | Op::WriteFile { path, .. }
+            | Op::CreateDirectory { path, .. }
+            | Op::ReadDirectory { path }
+            | Op::Remove { path, .. }
+            | Op::Canonicalize { path }
+            | Op::Open { path, .. } => (path, None),
+        };
+        std::iter::once(first).chain(second)
+    }
+
     /// Whether the operation creates or removes directory entries.
     fn mutates(&self) -> bool {
         matches!(
@@ -178,78 +319,37 @@ impl Op {
         )
     }
 
-    /// The system calls of a mutating operation, for [`child::run`] (on the confined thread:
-    /// the checks and the reads are made under the call's policy).
-    fn plan(self) -> Result<Vec<child::Step>, RpcError> {
-        use child::{c, Step};
-        Ok(match self {
-            Op::WriteFile { path, data } => vec![Step::Write(c(&path), data)],
-            Op::CreateDirectory {
-                path,
-                recursive: true,
-            } => child::mkdir_all(&path),
-            Op::CreateDirectory {
-                path,
-                recursive: false,
-            } => vec![Step::Mkdir(c(&path), false)],
+    /// The plan of a mutating operation (on the confined thread: the checks and the reads are
+    /// made under the call's policy).
+    fn plan(self, reach: &Reach) -> Result<Plan, RpcError> {
+        match self {
+            Op::WriteFile { path, data } => mutate::write_file(&path, data, reach),
+            Op::CreateDirectory { path, recursive } => {
+                mutate::create_directory(&path, recursive, reach)
+            }
             Op::Remove {
                 path,
                 recursive,
                 force,
-            } => match ops::removal(&path, recursive, force)? {
-                ops::Removal::Nothing => Vec::new(),
-                ops::Removal::Tree => {
-                    let mut steps = Vec::new();
-                    child::remove_tree(&path, &mut steps)?;
-                    steps
-                }
-                ops::Removal::Dir => vec![Step::Rmdir(c(&path))],
-                ops::Removal::Entry => vec![Step::Unlink(c(&path))],
-            },
+            } => mutate::remove(&path, recursive, force, reach),
             Op::Copy {
                 from,
                 to,
                 recursive,
-            } => {
-                ops::check_copy(&from, &to, recursive)?;
-                let mut steps = Vec::new();
-                child::copy_tree(&from, &to, &mut steps)?;
-                steps
-            }
-            _ => return Err(RpcError::internal("not a mutating filesystem call")),
-        })
+            } => mutate::copy(&from, &to, recursive, reach),
+            _ => Err(RpcError::internal("not a mutating filesystem call")),
+        }
     }
 
-    /// Runs the operation (on the confined thread).
-    fn run(self) -> Result<Value, RpcError> {
+    /// Runs a reading operation (on the confined thread, or the blocking pool).
+    fn run(self, reach: &Reach) -> Result<Value, RpcError> {
         match self {
-            Op::Metadata { path, follow } => ops::metadata(&path, follow),
-            Op::ReadFile { path } => ops::read_file(&path, MAX_READ)
+            Op::Metadata { path, follow } => ops::metadata(&path, follow, reach),
+            Op::ReadFile { path } => ops::read_file(&path, MAX_READ, reach)
                 .map(|data| json!({"dataBase64": BASE64.encode(data)})),
-            Op::WriteFile { path, data } => std::fs::write(&path, data)
-                .map(|()| json!({}))
-                .map_err(os_error),
-            Op::CreateDirectory { path, recursive } => match recursive {
-                true => std::fs::create_dir_all(&path),
-                false => std::fs::create_dir(&path),
-            }
-            .map(|()| json!({}))
-            .map_err(os_error),
-            Op::ReadDirectory { path } => ops::read_directory(&path),
-            Op::Remove {
-                path,
-                recursive,
-                force,
-            } => ops::remove(&path, recursive, force).map(|()| json!({})),
-            Op::Copy {
-                from,
-                to,
-                recursive,
-            } => ops::copy(&from, &to, recursive).map(|()| json!({})),
-            Op::Canonicalize { path } => std::fs::canonicalize(&path)
-                .map(|c| json!({"path": crate::uri::file_uri(&c)}))
-                .map_err(os_error),
-            Op::Open { .. } => Err(RpcError::internal("fs/open runs through the handle table")),
+            Op::ReadDirectory { path } => ops::read_directory(&path, reach),
+            Op::Canonicalize { path } => ops::canonicalize(&path, reach),
+            _ => Err(RpcError::internal("not a reading filesystem call")),
         }
     }
 }

@@ -1,28 +1,41 @@
-//! The blocking filesystem operations behind `fs/*`, run on the call's confined thread.
+//! The reading `fs/*` operations (`getMetadata`, `readFile`, `readDirectory`, `canonicalize`,
+//! `open`), run on the call's confined thread (or the blocking pool when nothing confines it).
 //!
-//! Invariant: each follows the reference server's observable behaviour (what it follows,
-//! what it refuses, with which code) so the Codex client cannot tell the two apart.
+//! Invariants: each follows the reference server's observable behaviour (what it follows, what
+//! it refuses, with which code) so the Codex client cannot tell the two apart; every path goes
+//! through [`resolve`] (no magic link followed), and what a descriptor opened without a
+//! Landlock check reveals (`O_PATH`: metadata, a canonical path, a link's type) is shown only
+//! where the call's policy lets it read ([`Reach::reveal`]).
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::SystemTime;
 
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use serde_json::{json, Value};
 
+use super::resolve::{self, Last, Reach};
 use super::{not_a_file, os_error};
 use crate::protocol::RpcError;
 
-/// `fs/getMetadata`: whether the path is a symlink from `lstat`, the rest followed (a link
+/// `fs/getMetadata`: whether the path is a symlink (not followed), the rest followed (a link
 /// refused with -32600 when `follow` is false, as the reference does).
-pub fn metadata(path: &Path, follow: bool) -> Result<Value, RpcError> {
-    let link = fs::symlink_metadata(path).map_err(os_error)?;
-    let is_symlink = link.file_type().is_symlink();
+pub fn metadata(path: &Path, follow: bool, reach: &Reach) -> Result<Value, RpcError> {
+    let fail = |e| reach.refused(path, e);
+    let link = open_revealed(path, Last::NoFollow, reach).map_err(fail)?;
+    let is_symlink =
+        resolve::kind(&rustix::fs::fstat(&link).map_err(|e| fail(e.into()))?) == FileType::Symlink;
     if is_symlink && !follow {
         return Err(RpcError::invalid_request("path contains a symbolic link"));
     }
-    let meta = fs::metadata(path).map_err(os_error)?;
+    let target = match is_symlink {
+        true => open_revealed(path, Last::Follow, reach).map_err(fail)?,
+        false => link,
+    };
+    let meta = File::from(target).metadata().map_err(fail)?;
     let ms = |t: std::io::Result<SystemTime>| {
         t.ok()
             .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
@@ -38,9 +51,16 @@ pub fn metadata(path: &Path, follow: bool) -> Result<Value, RpcError> {
     }))
 }
 
+/// An `O_PATH` descriptor of `path`, refused (EACCES) where the call's policy hides it.
+fn open_revealed(path: &Path, last: Last, reach: &Reach) -> std::io::Result<OwnedFd> {
+    let fd = reach.open(path, OFlags::PATH, Mode::empty(), last)?;
+    reach.reveal(fd.as_fd())?;
+    Ok(fd)
+}
+
 /// `fs/readFile`: a regular file's bytes, at most `limit` of them.
-pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>, RpcError> {
-    let file = open(path)?;
+pub fn read_file(path: &Path, limit: u64, reach: &Reach) -> Result<Vec<u8>, RpcError> {
+    let file = open(path, reach)?;
     let size = file.metadata().map_err(os_error)?.len();
     if size > limit {
         return Err(RpcError::invalid_request(format!(
@@ -61,26 +81,62 @@ pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>, RpcError> {
     Ok(data)
 }
 
-/// Opens a regular file for reading (a directory: -32600).
-pub fn open(path: &Path) -> Result<File, RpcError> {
-    let file = File::open(path).map_err(os_error)?;
-    match file.metadata().map_err(os_error)?.is_file() {
-        true => Ok(file),
-        false => Err(not_a_file(path)),
+/// Opens a regular file for reading (anything else: -32600; a FIFO is opened without waiting
+/// for a writer, then refused).
+pub fn open(path: &Path, reach: &Reach) -> Result<File, RpcError> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+    let fd = reach
+        .open(path, flags, Mode::empty(), Last::Follow)
+        .map_err(|e| reach.refused(path, e))?;
+    let file = File::from(fd);
+    if !file.metadata().map_err(os_error)?.is_file() {
+        return Err(not_a_file(path));
     }
+    let flags = rustix::fs::fcntl_getfl(&file).map_err(|e| os_error(e.into()))?;
+    rustix::fs::fcntl_setfl(&file, flags - OFlags::NONBLOCK).map_err(|e| os_error(e.into()))?;
+    Ok(file)
 }
 
-/// `fs/readDirectory`: the entries whose type can be read (links followed), by name.
-pub fn read_directory(path: &Path) -> Result<Value, RpcError> {
-    let mut entries: Vec<(String, bool, bool)> = fs::read_dir(path)
-        .map_err(os_error)?
-        .flatten()
-        .filter_map(|entry| {
-            let meta = fs::metadata(entry.path()).ok()?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            Some((name, meta.is_dir(), meta.is_file()))
-        })
-        .collect();
+/// `fs/readDirectory`: the entries whose type can be read (links followed, never a magic one),
+/// by name.
+pub fn read_directory(path: &Path, reach: &Reach) -> Result<Value, RpcError> {
+    let fail = |e| reach.refused(path, e);
+    let dir = reach
+        .open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY,
+            Mode::empty(),
+            Last::Follow,
+        )
+        .map_err(fail)?;
+    let mut entries = Vec::new();
+    for (name, kind) in resolve::list(&dir).map_err(fail)? {
+        let (is_dir, is_file) = match kind {
+            FileType::Directory => (true, false),
+            FileType::RegularFile => (false, true),
+            FileType::Symlink | FileType::Unknown => {
+                let target = resolve::open_at(
+                    &dir,
+                    &name,
+                    OFlags::PATH,
+                    Mode::empty(),
+                    ResolveFlags::empty(),
+                )
+                .and_then(|fd| reach.admit(fd))
+                .and_then(|fd| {
+                    reach.reveal(fd.as_fd())?;
+                    Ok(rustix::fs::fstat(&fd)?)
+                });
+                match target.map(|stat| resolve::kind(&stat)) {
+                    Ok(kind) => (kind == FileType::Directory, kind == FileType::RegularFile),
+                    Err(_) => continue,
+                }
+            }
+            _ => (false, false),
+        };
+        let name = String::from_utf8_lossy(name.as_bytes()).into_owned();
+        entries.push((name, is_dir, is_file));
+    }
     entries.sort();
     let entries: Vec<Value> = entries
         .into_iter()
@@ -89,101 +145,10 @@ pub fn read_directory(path: &Path) -> Result<Value, RpcError> {
     Ok(json!({ "entries": entries }))
 }
 
-/// What `fs/remove` removes.
-pub enum Removal {
-    /// Nothing (missing, with `force`).
-    Nothing,
-    /// A directory and everything in it.
-    Tree,
-    /// An (empty) directory.
-    Dir,
-    /// Anything else (a link itself, not its target).
-    Entry,
-}
-
-/// What `fs/remove` would do: a missing path is fine with `force`; a directory needs
-/// `recursive` unless empty.
-pub fn removal(path: &Path, recursive: bool, force: bool) -> Result<Removal, RpcError> {
-    let meta = match fs::symlink_metadata(path) {
-        Err(e) if force && e.kind() == std::io::ErrorKind::NotFound => return Ok(Removal::Nothing),
-        other => other.map_err(os_error)?,
-    };
-    Ok(match (meta.is_dir(), recursive) {
-        (true, true) => Removal::Tree,
-        (true, false) => Removal::Dir,
-        (false, _) => Removal::Entry,
-    })
-}
-
-/// `fs/remove`.
-pub fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), RpcError> {
-    match removal(path, recursive, force)? {
-        Removal::Nothing => Ok(()),
-        Removal::Tree => fs::remove_dir_all(path),
-        Removal::Dir => fs::remove_dir(path),
-        Removal::Entry => fs::remove_file(path),
-    }
-    .map_err(os_error)
-}
-
-/// `fs/copy`: a file, a symbolic link (as a link), or with `recursive` a directory tree, never
-/// into itself.
-pub fn copy(from: &Path, to: &Path, recursive: bool) -> Result<(), RpcError> {
-    let meta = check_copy(from, to, recursive)?;
-    match meta.is_dir() {
-        true => copy_tree(from, to),
-        false => copy_entry(from, to, &meta),
-    }
-}
-
-/// The source's metadata if `fs/copy` may copy it: missing -32004; a directory needs
-/// `recursive` and must not be copied into itself.
-pub fn check_copy(from: &Path, to: &Path, recursive: bool) -> Result<fs::Metadata, RpcError> {
-    let meta = fs::symlink_metadata(from).map_err(os_error)?;
-    if !meta.is_dir() {
-        return Ok(meta);
-    }
-    if !recursive {
-        return Err(RpcError::invalid_request(
-            "fs/copy requires recursive: true when sourcePath is a directory",
-        ));
-    }
-    let source = fs::canonicalize(from).map_err(os_error)?;
-    let target_parent = to
-        .parent()
-        .map(fs::canonicalize)
-        .transpose()
-        .map_err(os_error)?;
-    let target = match (target_parent, to.file_name()) {
-        (Some(parent), Some(name)) => parent.join(name),
-        _ => to.to_path_buf(),
-    };
-    if target.starts_with(&source) {
-        return Err(RpcError::invalid_request(
-            "fs/copy cannot copy a directory to itself or one of its descendants",
-        ));
-    }
-    Ok(meta)
-}
-
-fn copy_tree(from: &Path, to: &Path) -> Result<(), RpcError> {
-    fs::create_dir(to).map_err(os_error)?;
-    for entry in fs::read_dir(from).map_err(os_error)? {
-        let entry = entry.map_err(os_error)?;
-        let meta = entry.metadata().map_err(os_error)?;
-        let dest = to.join(entry.file_name());
-        match meta.is_dir() {
-            true => copy_tree(&entry.path(), &dest)?,
-            false => copy_entry(&entry.path(), &dest, &meta)?,
-        }
-    }
-    Ok(())
-}
-
-fn copy_entry(from: &Path, to: &Path, meta: &fs::Metadata) -> Result<(), RpcError> {
-    if meta.file_type().is_symlink() {
-        let target = fs::read_link(from).map_err(os_error)?;
-        return std::os::unix::fs::symlink(target, to).map_err(os_error);
-    }
-    fs::copy(from, to).map(drop).map_err(os_error)
+/// `fs/canonicalize`: the path the kernel resolves `path` to.
+pub fn canonicalize(path: &Path, reach: &Reach) -> Result<Value, RpcError> {
+    let fail = |e| reach.refused(path, e);
+    let fd = open_revealed(path, Last::Follow, reach).map_err(fail)?;
+    let canonical = resolve::path_of(fd.as_fd()).map_err(fail)?;
+    Ok(json!({"path": crate::uri::file_uri(&canonical)}))
 }

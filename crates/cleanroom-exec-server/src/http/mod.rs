@@ -2,14 +2,18 @@
 //! network, its body whole in the result, or streamed as `http/request/bodyDelta`
 //! notifications after the result when `streamResponse` is set.
 //!
-//! Owns: parsing and refusing (`https://`, header values from server variables, any call whose
-//! `sandbox` restricts the network), redirects (`redirectPolicy`, at most [`MAX_REDIRECTS`]),
-//! the deadline (`timeoutMs`), and the delta sequence.
+//! Owns: reading the params into a checked [`Request`] (`request.rs`; every refusal is -32602
+//! naming the field, before any connection), refusing any call whose `sandbox` restricts the
+//! network, the connection, redirects (`redirectPolicy`, at most [`MAX_REDIRECTS`], each one
+//! checked like the URL, credentials dropped across origins), the deadline (`timeoutMs`), and
+//! the delta sequence. `response.rs` reads what comes back.
 //!
-//! Invariants: a call under `network: restricted` never opens a socket; deltas of one request
-//! carry seqs 1, 2, … and exactly one has `done: true`, the last; each is at most 1 MiB.
+//! Invariants: a call under `network: restricted` never opens a socket, nor does a call with an
+//! invalid method, URL or header; deltas of one request carry seqs 1, 2, … and exactly one has
+//! `done: true`, the last; each is at most 1 MiB.
 
-mod wire;
+pub(crate) mod request;
+pub(crate) mod response;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +21,17 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 
 use crate::process::Outlet;
 use crate::protocol::{self, Params, RpcError};
-use wire::{Body, Url};
+use request::Request;
+
+/// The connection a response is read from, through a buffer of [`response::MAX_CHUNK`]: a
+/// body piece is what one read of the socket gave.
+type Connection = BufReader<TcpStream>;
+type Body = response::Body<Connection>;
 
 /// Redirects followed at most.
 const MAX_REDIRECTS: usize = 10;
@@ -48,15 +59,7 @@ pub struct Streaming {
 pub async fn call(params: &Value) -> Result<Reply, RpcError> {
     let p = Params::new(params)?;
     refuse_restricted_network(&p)?;
-    let method = p.string("method")?.to_ascii_uppercase();
-    let url = Url::parse(p.string("url")?).map_err(RpcError::invalid_params)?;
-    let headers = headers(&p)?;
-    let body = match p.opt_string("bodyBase64")? {
-        None => Vec::new(),
-        Some(b) => BASE64
-            .decode(b)
-            .map_err(|e| RpcError::invalid_params(format!("bodyBase64 must be base64: {e}")))?,
-    };
+    let request = request_of(&p)?;
     let follow = match p.opt_string("redirectPolicy")? {
         None | Some("follow") => true,
         Some("stop") => false,
@@ -73,7 +76,7 @@ pub async fn call(params: &Value) -> Result<Reply, RpcError> {
         .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
     let deadline = tokio::time::Instant::now() + timeout;
     let exchange = async {
-        let response = fetch(&method, url, &headers, body, follow).await?;
+        let response = fetch(request, follow).await?;
         let head = json!({
             "status": response.status,
             "headers": response.headers.iter()
@@ -102,6 +105,20 @@ pub async fn call(params: &Value) -> Result<Reply, RpcError> {
         .map_err(|_| failed(format!("timed out after {} ms", timeout.as_millis())))?
 }
 
+/// The request the params describe, every part checked; -32602 names the first bad field.
+pub(crate) fn request_of(p: &Params<'_>) -> Result<Request, RpcError> {
+    let method = p.string("method")?;
+    let url = p.string("url")?;
+    let headers = headers(p)?;
+    let body = match p.opt_string("bodyBase64")? {
+        None => Vec::new(),
+        Some(b) => BASE64
+            .decode(b)
+            .map_err(|e| RpcError::invalid_params(format!("bodyBase64 must be base64: {e}")))?,
+    };
+    Request::new(method, url, headers, body).map_err(|e| RpcError::invalid_params(e.to_string()))
+}
+
 fn with_body(mut head: Value, data: &[u8]) -> Value {
     head["bodyBase64"] = json!(BASE64.encode(data));
     head
@@ -111,54 +128,68 @@ fn failed(why: impl std::fmt::Display) -> RpcError {
     RpcError::internal(format!("http/request failed: {why}"))
 }
 
-/// A call whose `sandbox` restricts the network gets no socket at all.
+/// A call whose `sandbox` restricts the network gets no socket at all. `network` is read as the
+/// sandbox of `process/start` and `fs/*` reads it: `enabled` or `restricted` (absent or null:
+/// enabled); any other value, or a `sandbox` or `permissions` that is not an object, is refused
+/// (-32602 naming it), never taken for enabled.
 fn refuse_restricted_network(p: &Params<'_>) -> Result<(), RpcError> {
-    let network = p
-        .get("sandbox")
-        .and_then(|s| s.get("permissions"))
-        .and_then(|perms| perms.get("network"))
-        .and_then(Value::as_str);
-    match network {
-        Some("restricted") => Err(RpcError::invalid_params(
+    let Some(sandbox) = p.get("sandbox") else {
+        return Ok(());
+    };
+    let sandbox =
+        Params::new(sandbox).map_err(|_| RpcError::invalid_params("sandbox must be an object"))?;
+    let Some(permissions) = sandbox.get("permissions") else {
+        return Ok(());
+    };
+    let permissions = Params::new(permissions)
+        .map_err(|_| RpcError::invalid_params("sandbox.permissions must be an object"))?;
+    match permissions.get("network") {
+        None => Ok(()),
+        Some(Value::String(network)) if network == "enabled" => Ok(()),
+        Some(Value::String(network)) if network == "restricted" => Err(RpcError::invalid_params(
             "http/request is refused under network: restricted (the sandbox allows no network)",
         )),
-        _ => Ok(()),
+        Some(other) => Err(RpcError::invalid_params(format!(
+            "sandbox.permissions.network {other} is not restricted or enabled"
+        ))),
     }
 }
 
+/// The `{name, value}` pairs of `headers` (a missing or null value is empty).
 fn headers(p: &Params<'_>) -> Result<Vec<(String, String)>, RpcError> {
     let Some(list) = p.get("headers") else {
         return Ok(Vec::new());
     };
-    let bad = || RpcError::invalid_params("headers must be an array of {name, value}");
-    let list = list.as_array().ok_or_else(bad)?;
+    let list = list
+        .as_array()
+        .ok_or_else(|| RpcError::invalid_params("headers must be an array of {name, value}"))?;
+    let string = |h: &Value, i: usize, field: &str, required: bool| match h.get(field) {
+        Some(Value::String(s)) => Ok(s.clone()),
+        None | Some(Value::Null) if !required => Ok(String::new()),
+        _ => Err(RpcError::invalid_params(format!(
+            "headers[{i}].{field} must be a string"
+        ))),
+    };
     list.iter()
-        .map(|h| {
+        .enumerate()
+        .map(|(i, h)| {
             if h.get("valueEnvVar").is_some_and(|v| !v.is_null()) {
-                return Err(RpcError::invalid_params(
-                    "headers[].valueEnvVar is not supported: this server passes no variable of its own",
-                ));
+                return Err(RpcError::invalid_params(format!(
+                    "headers[{i}].valueEnvVar is not supported: this server passes no variable of its own"
+                )));
             }
-            let name = h.get("name").and_then(Value::as_str).ok_or_else(bad)?;
-            let value = h.get("value").and_then(Value::as_str).unwrap_or("");
-            Ok((name.to_string(), value.to_string()))
+            Ok((string(h, i, "name", true)?, string(h, i, "value", false)?))
         })
         .collect()
 }
 
-/// Sends the request, following redirects when `follow`.
+/// Sends `request`, following redirects when `follow`.
 async fn fetch(
-    method: &str,
-    mut url: Url,
-    headers: &[(String, String)],
-    mut body: Vec<u8>,
+    mut request: Request,
     follow: bool,
-) -> Result<wire::Response, RpcError> {
-    let mut method = method.to_string();
+) -> Result<response::Response<Connection>, RpcError> {
     for _ in 0..=MAX_REDIRECTS {
-        let response = wire::send(&method, &url, headers, &body)
-            .await
-            .map_err(failed)?;
+        let response = send(&request).await.map_err(failed)?;
         let location = response
             .headers
             .iter()
@@ -169,19 +200,21 @@ async fn fetch(
         else {
             return Ok(response);
         };
-        if response.status == 303 || (matches!(response.status, 301 | 302) && method == "POST") {
-            method = "GET".into();
-            body.clear();
-        }
-        url = match location.starts_with('/') {
-            true => Url {
-                target: location,
-                ..url
-            },
-            false => Url::parse(&location).map_err(failed)?,
-        };
+        request = request
+            .redirect(response.status, &location)
+            .map_err(failed)?;
     }
     Err(failed(format!("more than {MAX_REDIRECTS} redirects")))
+}
+
+/// Sends one request on a new connection and reads the response head.
+async fn send(request: &Request) -> std::io::Result<response::Response<Connection>> {
+    let (host, port) = request.address();
+    let mut stream = TcpStream::connect((host.as_str(), port)).await?;
+    stream.write_all(&request.head()).await?;
+    stream.write_all(request.body()).await?;
+    let reader = BufReader::with_capacity(response::MAX_CHUNK, stream);
+    response::read(reader, request.method() == "HEAD").await
 }
 
 async fn read_all(mut body: Body) -> Result<Vec<u8>, RpcError> {

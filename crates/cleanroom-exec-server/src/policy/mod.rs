@@ -11,15 +11,18 @@
 //!
 //! Invariants: a call is never run less protected than it asked: what no mechanism can enforce
 //! is refused with -32602 naming the entry or the reason; the kernel enforces every rule
-//! (Landlock, mount and network namespaces), nothing is a path-string check; the environment's
-//! protection still holds under a managed policy (the two are intersected, path by path).
+//! (Landlock, mount and network namespaces), nothing is a path-string check (the `fs` module
+//! asks the compiled rules only to refuse more: what `stat` reveals where Landlock does not
+//! decide, a removal checked before it starts); the environment's protection still holds under
+//! a managed policy (the two are intersected, path by path).
 
-mod glob;
+pub(crate) mod glob;
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+use cleanroom::protect::view::View;
 use cleanroom::protect::{Access, Narrowing, Network, Policy, Protection, Sandbox};
 use serde_json::Value;
 
@@ -62,6 +65,23 @@ pub struct Base {
     /// Whether the environment's processes share one private `/dev/shm`, which a process under
     /// a managed policy joins; otherwise such a process gets one of its own (never the host's).
     pub shared_dev_shm: bool,
+    /// The mount namespace the environment's processes see (its private `/tmp`, `/var/tmp` and
+    /// `/dev/shm`): every policy is compiled in it and every `fs/*` path resolved in it.
+    pub view: View,
+}
+
+impl Base {
+    /// The access the environment's rules give `path` (every access when it has none).
+    pub fn access(&self, path: &Path) -> Access {
+        if self.rules.is_empty() {
+            return Access::Write;
+        }
+        let mut policy = Policy::new();
+        for (rule_path, access) in &self.rules {
+            policy.rule(rule_path.clone(), *access, "environment protection");
+        }
+        policy.access(path)
+    }
 }
 
 /// Where a compiled policy is applied.
@@ -69,9 +89,10 @@ pub struct Base {
 pub enum Target {
     /// A child process, between fork and exec (every mechanism is available).
     Process,
-    /// The calling thread of a multi-threaded server: Landlock, and a mount namespace only as
-    /// root (an ordinary user's user namespace needs a single-threaded process), so narrowings
-    /// are covered with Landlock alone there.
+    /// The calling thread of a multi-threaded server: Landlock alone, narrowings expressed by
+    /// the cover, for root too. A mount namespace of the thread's own would not bind it:
+    /// `/proc/self` names the thread-group leader, whose root and descriptors are the server's
+    /// (and an ordinary user's user namespace needs a single-threaded process anyway).
     Thread,
     /// A child forked for one filesystem call (mounts as for a process, the host network).
     Child,
@@ -109,15 +130,17 @@ impl Confinement {
         tmpdir: &Path,
         base: &Base,
     ) -> Result<Arc<Confinement>, RpcError> {
-        let managed = match parse(sandbox, cwd, tmpdir)? {
+        let managed = match parse(sandbox, cwd, tmpdir, &base.view)? {
             Some(managed) => {
                 let rules = intersect(&managed.rules, &base.rules);
                 let own_dev_shm = !base.shared_dev_shm;
+                let target = Target::Process;
                 Some(compile(
                     rules,
                     managed.network,
-                    Target::Process,
+                    target,
                     own_dev_shm,
+                    &base.view,
                 )?)
             }
             None => None,
@@ -139,17 +162,72 @@ impl Confinement {
 
     /// The hook applying this confinement in the child (see [`Sandbox::child_hook`]): the
     /// managed policy, inside the environment's namespaces (its private `/dev/shm`, not the
-    /// host's: see [`Sandbox::within`]), else the environment's `protection`.
+    /// host's: see [`Sandbox::within`]), else the environment's `protection`; then the process
+    /// drops what would let it read the server's memory ([`keep_out_of_the_server`]).
     pub fn child_hook(&self, protection: &Protection) -> Option<ChildHook> {
         match (&self.managed, protection.sandbox()) {
-            (Some(sandbox), Some(environment)) => sandbox
-                .within(environment)
-                .child_hook()
-                .map(|h| Box::new(h) as ChildHook),
-            (Some(sandbox), None) => sandbox.child_hook().map(|h| Box::new(h) as ChildHook),
-            (None, _) => protection.child_hook().map(|h| Box::new(h) as ChildHook),
+            (Some(sandbox), Some(environment)) => {
+                sandbox.within(environment).child_hook().map(isolated)
+            }
+            (Some(sandbox), None) => sandbox.child_hook().map(isolated),
+            (None, _) => protection.child_hook().map(isolated),
         }
     }
+}
+
+/// `hook`, then [`keep_out_of_the_server`].
+fn isolated(hook: impl Fn() -> io::Result<()> + Send + Sync + 'static) -> ChildHook {
+    Box::new(move || {
+        hook()?;
+        keep_out_of_the_server()
+    })
+}
+
+/// The capabilities that let a process get past the server's walls: `CAP_SYS_PTRACE`, and
+/// `CAP_PERFMON` and `CAP_SYS_ADMIN` (either lets it read `/proc/<pid>/environ`, `maps` and
+/// `auxv` of a process of its user without a ptrace check), and `CAP_DAC_READ_SEARCH`
+/// (`open_by_handle_at` opens a file by its handle through any mount of its filesystem, where
+/// Landlock judges it at that mount, past the read-only rules and mounts of its real path).
+fn escaping_capabilities() -> rustix::thread::CapabilitySet {
+    use rustix::thread::CapabilitySet;
+    CapabilitySet::SYS_PTRACE
+        | CapabilitySet::PERFMON
+        | CapabilitySet::SYS_ADMIN
+        | CapabilitySet::DAC_READ_SEARCH
+}
+
+/// Drops [`escaping_capabilities`] from the calling process's bounding and inheritable sets.
+/// The bounding set limits neither the inheritable set, which a process running as uid 0
+/// carries into its permitted set at exec, nor the ambient set, which any process keeps across
+/// exec (a server started with `AmbientCapabilities=`); taking them out of the inheritable set
+/// takes them out of the ambient set too. Async-signal-safe: `prctl`, `capget` and `capset`
+/// only. The server is not dumpable, so without them a process it starts, even one running as
+/// uid 0, cannot read the server's environment, memory or descriptors through `/proc/<server>`
+/// (Landlock's ptrace scoping does not refuse it when the server itself runs inside a Landlock
+/// domain that the process's is nested in). Only a process running as uid 0 fails on a refusal
+/// of the bounding set: an ordinary user's command has none to drop.
+pub fn keep_out_of_the_server() -> io::Result<()> {
+    use rustix::thread::remove_capability_from_bounding_set;
+    for capability in escaping_capabilities().iter() {
+        match remove_capability_from_bounding_set(capability) {
+            Err(e) if rustix::process::geteuid().is_root() => return Err(e.into()),
+            _ => {}
+        }
+    }
+    lower_inheritable()
+}
+
+/// Takes [`escaping_capabilities`] out of the calling thread's inheritable (and so ambient)
+/// set, leaving its own effective and permitted sets as they are. The server does it once at
+/// start, before its threads exist, so that nothing it ever executes inherits them.
+pub fn lower_inheritable() -> io::Result<()> {
+    use rustix::thread::{capabilities, set_capabilities};
+    let mut sets = capabilities(None)?;
+    if sets.inheritable.intersects(escaping_capabilities()) {
+        sets.inheritable.remove(escaping_capabilities());
+        set_capabilities(None, sets)?;
+    }
+    Ok(())
 }
 
 /// An async-signal-safe function run in the child before exec.
@@ -167,17 +245,7 @@ pub fn for_fs_call(
     target: Target,
     reads: bool,
 ) -> Result<Option<Sandbox>, RpcError> {
-    let sandbox = params.get("sandbox");
-    let context = sandbox.and_then(|s| s.get("policyContext"));
-    let cwd = [sandbox, context]
-        .into_iter()
-        .flatten()
-        .find_map(|v| v.get("cwd").and_then(Value::as_str));
-    let cwd = match cwd {
-        Some(uri) => parse_file_uri(uri, "sandbox.cwd").map_err(RpcError::invalid_params)?,
-        None => PathBuf::from("/"),
-    };
-    let managed = match parse(sandbox, &cwd, &base.tmpdir)? {
+    let managed = match managed_of(params, base)? {
         Some(managed) => managed,
         None if base.rules.is_empty() => return Ok(None),
         None => Managed {
@@ -189,7 +257,29 @@ pub fn for_fs_call(
     if reads && reads_everything(&rules) {
         return Ok(None);
     }
-    compile(rules, Network::Host, target, false).map(Some)
+    compile(rules, Network::Host, target, false, &base.view).map(Some)
+}
+
+/// Whether the call's `sandbox` leaves the file system unrestricted: none, `disabled`,
+/// `external`, or a `managed` one whose file system is `unrestricted` or writable everywhere.
+pub fn leaves_files_unrestricted(params: &Params<'_>, base: &Base) -> Result<bool, RpcError> {
+    Ok(managed_of(params, base)?
+        .is_none_or(|managed| managed.rules.iter().all(|r| r.access == Access::Write)))
+}
+
+/// The call's `sandbox`, parsed (`None`: it restricts nothing).
+fn managed_of(params: &Params<'_>, base: &Base) -> Result<Option<Managed>, RpcError> {
+    let sandbox = params.get("sandbox");
+    let context = sandbox.and_then(|s| s.get("policyContext"));
+    let cwd = [sandbox, context]
+        .into_iter()
+        .flatten()
+        .find_map(|v| v.get("cwd").and_then(Value::as_str));
+    let cwd = match cwd {
+        Some(uri) => parse_file_uri(uri, "sandbox.cwd").map_err(RpcError::invalid_params)?,
+        None => PathBuf::from("/"),
+    };
+    parse(sandbox, &cwd, &base.tmpdir, &base.view)
 }
 
 /// Whether `rules` let every path be read: `/` is readable and no rule is `none`.
@@ -200,8 +290,9 @@ fn reads_everything(rules: &[cleanroom::protect::Rule]) -> bool {
 }
 
 /// Runs `f` on a new thread that first confines itself with `sandbox` (Landlock restricts only
-/// the calling thread, so the server keeps its own rights); the thread ends with the call.
-/// Without a sandbox `f` runs on the blocking pool (its threads are never confined).
+/// the calling thread, so the server keeps its own rights); the thread ends with the call and
+/// its domain with it. Without a sandbox `f` runs on the blocking pool (its threads are never
+/// confined).
 pub async fn on_thread<T: Send + 'static>(
     sandbox: Option<Sandbox>,
     f: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
@@ -230,7 +321,12 @@ pub async fn on_thread<T: Send + 'static>(
 
 /// Parses `sandbox`; `None` when it restricts nothing per call (absent, `disabled`, `external`
 /// without a restricted network, managed with nothing restricted).
-fn parse(sandbox: Option<&Value>, cwd: &Path, tmpdir: &Path) -> Result<Option<Managed>, RpcError> {
+fn parse(
+    sandbox: Option<&Value>,
+    cwd: &Path,
+    tmpdir: &Path,
+    view: &View,
+) -> Result<Option<Managed>, RpcError> {
     let Some(sandbox) = sandbox else {
         return Ok(None);
     };
@@ -266,7 +362,7 @@ fn parse(sandbox: Option<&Value>, cwd: &Path, tmpdir: &Path) -> Result<Option<Ma
             )))
         }
     };
-    let context = Context::of(&s, cwd, tmpdir)?;
+    let context = Context::of(&s, cwd, tmpdir, view)?;
     let rules = match file_system {
         None => None,
         Some(fs) => file_system_rules(fs, &context)?,
@@ -278,15 +374,21 @@ fn parse(sandbox: Option<&Value>, cwd: &Path, tmpdir: &Path) -> Result<Option<Ma
     Ok(Some(Managed { rules, network }))
 }
 
-/// What the special roots resolve against.
+/// What the special roots resolve against, and where paths are canonicalized.
 struct Context {
     cwd: PathBuf,
     project_roots: Vec<PathBuf>,
     tmpdir: PathBuf,
+    view: View,
 }
 
 impl Context {
-    fn of(sandbox: &Params<'_>, cwd: &Path, tmpdir: &Path) -> Result<Context, RpcError> {
+    fn of(
+        sandbox: &Params<'_>,
+        cwd: &Path,
+        tmpdir: &Path,
+        view: &View,
+    ) -> Result<Context, RpcError> {
         let policy_context = sandbox.get("policyContext");
         let context = policy_context.map(Params::new).transpose()?;
         let field = |name: &str| {
@@ -314,6 +416,7 @@ impl Context {
             cwd,
             project_roots,
             tmpdir: tmpdir.to_path_buf(),
+            view: view.clone(),
         })
     }
 }
@@ -344,21 +447,27 @@ fn file_system_rules(fs: &Value, context: &Context) -> Result<Option<Vec<Resolve
         }
     };
     let mut rules = Vec::new();
+    // One budget for every glob entry: a sandbox cannot multiply the walks' bound by its entries.
+    let mut globs = glob::Globs::default();
     for (i, entry) in entries.iter().enumerate() {
         let label = format!("sandbox.permissions.file_system.entries[{i}]");
-        rules.extend(entry_rules(entry, context).map_err(|why| {
+        rules.extend(entry_rules(entry, context, &mut globs).map_err(|why| {
             RpcError::invalid_params(format!(
                 "filesystem sandbox restrictions cannot be enforced: {label} {entry}: {why}"
             ))
         })?);
     }
-    protect_names(&mut rules);
+    protect_names(&mut rules, &context.view);
     Ok(Some(rules))
 }
 
 /// The canonical rules one entry stands for (none when its paths do not exist: skipped, as
 /// Codex's `missing_path_behavior: skip`; the enclosing rule decides).
-fn entry_rules(entry: &Value, context: &Context) -> Result<Vec<Resolved>, String> {
+fn entry_rules(
+    entry: &Value,
+    context: &Context,
+    globs: &mut glob::Globs,
+) -> Result<Vec<Resolved>, String> {
     let access = match entry.get("access").and_then(Value::as_str) {
         Some("read") => Access::Read,
         Some("write") => Access::Write,
@@ -385,7 +494,7 @@ fn entry_rules(entry: &Value, context: &Context) -> Result<Vec<Resolved>, String
                 .get("pattern")
                 .and_then(Value::as_str)
                 .ok_or("glob_pattern.pattern must be a string")?;
-            glob::expand(pattern, &context.cwd)?
+            globs.expand(pattern, &context.cwd)?
         }
         other => {
             return Err(format!(
@@ -395,8 +504,8 @@ fn entry_rules(entry: &Value, context: &Context) -> Result<Vec<Resolved>, String
     };
     Ok(paths
         .iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .map(|path| Resolved {
+        .filter_map(|p| context.view.canonicalize(p).ok())
+        .map(|(path, _)| Resolved {
             reason: reason(&path.display().to_string()),
             path,
             access,
@@ -456,7 +565,7 @@ fn relative(subpath: &str) -> Result<PathBuf, String> {
 
 /// Adds read-only rules for [`PROTECTED_NAMES`] inside every writable root, unless an entry
 /// names that path itself.
-fn protect_names(rules: &mut Vec<Resolved>) {
+fn protect_names(rules: &mut Vec<Resolved>, view: &View) {
     let writable: Vec<PathBuf> = rules
         .iter()
         .filter(|r| r.access == Access::Write)
@@ -464,7 +573,7 @@ fn protect_names(rules: &mut Vec<Resolved>) {
         .collect();
     for root in writable {
         for name in PROTECTED_NAMES {
-            let Ok(path) = std::fs::canonicalize(root.join(name)) else {
+            let Ok((path, _)) = view.canonicalize(&root.join(name)) else {
                 continue;
             };
             if !rules.iter().any(|r| r.path == path) {
@@ -489,16 +598,18 @@ fn rule(path: &str, access: Access, reason: &str) -> Resolved {
     }
 }
 
-/// Compiles `rules` (already intersected with the environment's) for `target`; `network`
-/// applies to a process only (a thread or a forked fs child keeps the host's), as a private
-/// `/dev/shm` does (`private_dev_shm`).
+/// Compiles `rules` (already intersected with the environment's) for `target`, in `view`;
+/// `network` applies to a process only (a thread or a forked fs child keeps the host's), as a
+/// private `/dev/shm` does (`private_dev_shm`).
 fn compile(
     rules: Vec<cleanroom::protect::Rule>,
     network: Network,
     target: Target,
     private_dev_shm: bool,
+    view: &View,
 ) -> Result<Sandbox, RpcError> {
     let mut policy = Policy::new();
+    policy.view = view.clone();
     policy.private_dev_shm = private_dev_shm && target == Target::Process;
     policy.network = match target {
         Target::Process => network,
@@ -506,7 +617,6 @@ fn compile(
     };
     policy.narrowing = match target {
         Target::Process | Target::Child => Narrowing::MountElseCover,
-        Target::Thread if rustix::process::geteuid().is_root() => Narrowing::MountElseCover,
         Target::Thread => Narrowing::Cover,
     };
     policy.rules = rules;
@@ -591,9 +701,14 @@ mod tests {
             {"access": "write", "path": {"type": "special", "value": {"kind": "project_roots"}}},
             {"access": "write", "path": {"type": "special", "value": {"kind": "slash_tmp"}}},
             {"access": "read", "path": {"type": "special", "value": {"kind": "project_roots", "subpath": ".git"}}}]}}});
-        let managed = parse(Some(&sandbox), Path::new("/"), Path::new("/tmp"))
-            .unwrap()
-            .unwrap();
+        let managed = parse(
+            Some(&sandbox),
+            Path::new("/"),
+            Path::new("/tmp"),
+            &View::own(),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(managed.network, Network::Loopback);
         let mut policy = Policy::new();
         policy.rules = intersect(&managed.rules, &[]);
@@ -611,11 +726,16 @@ mod tests {
     fn refusals_name_the_entry() {
         let bad = json!({"permissions": {"type": "managed", "file_system": {"type": "restricted",
             "entries": [{"access": "none", "path": {"type": "special", "value": {"kind": "nonesuch"}}}]}}});
-        let err = parse(Some(&bad), Path::new("/"), Path::new("/tmp")).unwrap_err();
+        let err = parse(Some(&bad), Path::new("/"), Path::new("/tmp"), &View::own()).unwrap_err();
         assert!(err.message.contains("entries[0]"), "{}", err.message);
         let disabled = json!({"permissions": {"type": "disabled"}});
-        assert!(parse(Some(&disabled), Path::new("/"), Path::new("/tmp"))
-            .unwrap()
-            .is_none());
+        assert!(parse(
+            Some(&disabled),
+            Path::new("/"),
+            Path::new("/tmp"),
+            &View::own()
+        )
+        .unwrap()
+        .is_none());
     }
 }

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use base64_simd::STANDARD as BASE64;
 use bytes::Bytes;
-use cleanroom::contain::Container;
+use cleanroom::contain::{Container, SubCgroup};
 use cleanroom::process::ProcessId;
 use cleanroom::protect::Protection;
 use rustix::process::Signal;
@@ -38,10 +38,11 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::members::{Group, Members, Scope, SESSION_ID_VAR};
 use super::outlet::Outlet;
 use super::pty::{self, Master};
 use super::pump::{Drain, Event, Pipe, Pump, StreamKind, Terminal};
-use super::reaper::{Members, Membership, Reaper, Scope, SESSION_ID_VAR};
+use super::reaper::Reaper;
 use super::spawn;
 use crate::envpolicy::EXEC_ID_VAR;
 use crate::protocol::{notification, RpcError};
@@ -196,9 +197,41 @@ impl Main {
     }
 }
 
+/// Where a started process is contained: its session's cgroup leaf (as root), else the server's
+/// container (its leaf, when it has a cgroup).
+#[derive(Clone, Copy)]
+pub enum Placement<'a> {
+    /// The session's own leaf below the server's.
+    Session(&'a SubCgroup),
+    /// The server's container.
+    Container(&'a Container),
+}
+
+impl Placement<'_> {
+    /// The leaf's directory and `cgroup.procs`, if there is a leaf.
+    fn leaf(&self) -> Option<(std::os::fd::BorrowedFd<'_>, std::os::fd::BorrowedFd<'_>)> {
+        match self {
+            Placement::Session(leaf) => Some(leaf.fds()),
+            Placement::Container(container) => container.cgroup_leaf(),
+        }
+    }
+
+    /// Makes a forked `command` join the leaf before exec.
+    fn configure(&self, command: &mut std::process::Command) {
+        match self {
+            Placement::Session(leaf) => leaf.configure(command),
+            Placement::Container(container) => container.configure(command),
+        }
+    }
+}
+
 /// A started main process and its descriptors, before the [`Process`] is made.
 struct Launched {
     pid: i32,
+    /// Its start time.
+    start: u64,
+    /// A pidfd of the main process, the leader of its process group (see [`Members`]).
+    leader: Option<Arc<OwnedFd>>,
     main: Main,
     terminal: Option<Arc<Master>>,
     outputs: Outputs,
@@ -210,7 +243,11 @@ struct Launched {
 pub struct Process {
     id: String,
     pid: i32,
-    membership: Membership,
+    /// Who belongs to it, but for its process group.
+    membership: Members,
+    /// Its process group, until it is closed: then the session keeps the group if it may still
+    /// have members ([`Process::take_group`]), and the record no longer holds its pidfd.
+    group: Mutex<Option<Group>>,
     terminal: Option<Arc<Master>>,
     state: Mutex<State>,
     /// Bumped on every published event.
@@ -227,40 +264,56 @@ pub struct Process {
 }
 
 impl Process {
-    /// Spawns `spec` contained in `container`; the pumps start with [`Process::begin`], after
+    /// Spawns `spec` contained in `placement`; the pumps start with [`Process::begin`], after
     /// the caller has answered the request, so the start result precedes every notification.
     pub fn spawn(
         spec: &Spec,
-        container: &Container,
+        placement: Placement<'_>,
         protection: &Protection,
         reaper: &Reaper,
         session: (&Scope, Arc<Outlet>),
     ) -> Result<(Arc<Process>, Started), RpcError> {
         let (scope, outlet) = session;
-        let hook = spec.confinement.child_hook(protection);
+        // Its working directory and project, where they lie beneath the environment's private
+        // /tmp, are the host's (bound for this process), as a run's are.
+        let cwd = std::fs::canonicalize(&spec.cwd).unwrap_or_else(|_| spec.cwd.clone());
+        let protection = protection.for_process(&cwd).map_err(|e| {
+            RpcError::internal(format!(
+                "cannot bind {} into the sandbox: {e}",
+                cwd.display()
+            ))
+        })?;
+        let hook = spec.confinement.child_hook(&protection);
         let launched = if spec.tty {
-            launch_on_terminal(spec, container, scope, hook, reaper)?
+            launch_on_terminal(spec, placement, scope, hook, reaper)?
         } else {
-            launch_on_pipes(spec, container, scope, hook.as_ref(), reaper)?
+            launch_on_pipes(spec, placement, scope, hook.as_ref(), reaper)?
         };
         let Launched {
             pid,
+            start,
+            leader,
             main,
             terminal,
             outputs,
             stdin,
             output_links,
         } = launched;
-        let main_id = ProcessId::of(pid)
-            .ok_or_else(|| RpcError::internal(format!("cannot read /proc/{pid}/stat")))?;
+        // A pid_t from the spawn is positive; 0 (no pid) names no process, as `start` does.
+        let main_id = ProcessId {
+            pid: u32::try_from(pid).unwrap_or(0),
+            start_time: start,
+        };
         let process = Arc::new(Process {
             id: spec.process_id.clone(),
             pid,
-            membership: Membership {
-                main: main_id,
-                env_entry: format!("{EXEC_ID_VAR}={}", spec.exec_id).into_bytes(),
+            membership: Members::of_process(
+                scope,
+                main_id,
+                format!("{EXEC_ID_VAR}={}", spec.exec_id).into_bytes(),
                 output_links,
-            },
+            ),
+            group: Mutex::new(leader.map(|pidfd| Group::new(pid, pidfd))),
             terminal,
             state: Mutex::new(State::new()),
             events: watch::channel(()).0,
@@ -350,6 +403,24 @@ impl Process {
         &self.id
     }
 
+    /// Who belongs to this process (what `process/terminate` kills).
+    pub fn membership(&self) -> Members {
+        let group = self.group.lock().unwrap_or_else(PoisonError::into_inner);
+        self.membership.clone().with_group(group.clone())
+    }
+
+    /// Gives up the process group's pidfd (the record is closed: its main process is reaped
+    /// and its outputs are at end of file); returns the group if it may still have members,
+    /// for the session to kill at its end.
+    pub fn take_group(&self) -> Option<Group> {
+        let group = self
+            .group
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        group.filter(Group::may_have_members)
+    }
+
     /// Whether `closed` has been emitted.
     pub fn is_closed(&self) -> bool {
         self.lock().closed
@@ -382,12 +453,21 @@ impl Process {
         }
     }
 
-    /// Resolves once `closed` has been emitted.
-    pub async fn wait_closed(&self) {
+    /// Resolves to true once `closed` has been emitted, or to false if the record is dropped
+    /// first; it keeps no reference to the record meanwhile.
+    pub fn closed(self: &Arc<Self>) -> impl std::future::Future<Output = bool> + Send + 'static {
+        let process = Arc::downgrade(self);
         let mut events = self.events.subscribe();
-        while !self.is_closed() {
-            if events.changed().await.is_err() {
-                return;
+        async move {
+            loop {
+                match process.upgrade().map(|p| p.is_closed()) {
+                    None => return false,
+                    Some(true) => return true,
+                    Some(false) => {}
+                }
+                if events.changed().await.is_err() {
+                    return false;
+                }
             }
         }
     }
@@ -470,33 +550,23 @@ impl Process {
     }
 
     /// Kills the whole tree (TERM, grace, KILL until empty) and returns once the main process
-    /// is reaped. Returns whether it was running. Without `even_after_exit`, a process whose
-    /// main process has exited is left alone (the spec's no-op).
-    pub async fn terminate(
-        &self,
-        reaper: &Reaper,
-        even_after_exit: bool,
-    ) -> Result<bool, RpcError> {
-        let running = self.is_running();
-        if !running && !even_after_exit {
+    /// is reaped. Returns whether it was running: a process whose main process has exited is
+    /// left alone (the spec's no-op; its session's end reaps what it left).
+    pub async fn terminate(&self, reaper: &Reaper) -> Result<bool, RpcError> {
+        if !self.is_running() {
             return Ok(false);
         }
         let _turn = self.termination.lock().await;
-        let members = self.membership.clone();
-        let reaper = reaper.clone();
-        let survivors = tokio::task::spawn_blocking(move || {
-            let killed = reaper.terminate(&members, TERMINATE_GRACE);
-            (killed, members.current())
-        })
-        .await
-        .map_err(|e| {
-            RpcError::internal(format!("termination of process {} failed: {e}", self.id))
-        })?;
-        if !survivors.1.is_empty() {
+        let survivors = reaper
+            .terminate(self.membership(), TERMINATE_GRACE)
+            .await
+            .map_err(|_| RpcError::internal("the server is shutting down"))?
+            .survivors;
+        if !survivors.is_empty() {
             return Err(RpcError::internal(format!(
                 "process {} survived SIGKILL: {:?}",
                 self.id,
-                survivors.1.iter().map(|p| p.id.pid).collect::<Vec<_>>()
+                survivors.iter().map(|p| p.id.pid).collect::<Vec<_>>()
             )));
         }
         let mut reaped = self.reaped.subscribe();
@@ -505,7 +575,7 @@ impl Process {
                 break;
             }
         }
-        Ok(running)
+        Ok(true)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -517,7 +587,7 @@ impl Process {
 /// fork the server).
 fn launch_on_terminal(
     spec: &Spec,
-    container: &Container,
+    placement: Placement<'_>,
     scope: &Scope,
     hook: Option<crate::policy::ChildHook>,
     reaper: &Reaper,
@@ -534,10 +604,11 @@ fn launch_on_terminal(
     if let Some(arg0) = &spec.arg0 {
         command.arg0(arg0);
     }
-    container.configure(command.as_std_mut());
+    placement.configure(command.as_std_mut());
     // Default dispositions and no blocked signal, whatever the server's parent ignored or
     // blocked (a command started with TERM blocked or INT ignored could never be stopped).
     cleanroom::contain::reset_signals_on_exec(command.as_std_mut());
+    spawn::restore_descriptor_limit_on_exec(command.as_std_mut());
     let master = pty::attach(&mut command)
         .map_err(|e| RpcError::internal(format!("cannot open a terminal: {e}")))?;
     let master = Arc::new(master);
@@ -548,21 +619,25 @@ fn launch_on_terminal(
             command.pre_exec(hook);
         }
     }
-    let child = {
+    let (child, pid, start) = {
         let mut guard = reaper.spawning();
         let child = command.spawn().map_err(|e| spawn_error(spec, &e))?;
-        if let Some(pid) = child.id() {
-            guard.own(pid as i32);
-        }
-        child
+        // Not yet waited for: tokio has no pid to give only once it has reaped the child.
+        let pid = child.id().map_or(0, |p| p as i32);
+        let start = started_at(pid);
+        guard.own_leader(pid, start, scope);
+        (child, pid, start)
     };
     // The terminal's slave ends live in `command`; they must close for EOF to ever come.
     drop(command);
-    let pid = child.id().map(|p| p as i32).ok_or_else(|| {
-        RpcError::internal("spawned process has no pid (reaped already)".to_string())
-    })?;
+    // Taken before anything can reap the child (its waiter starts with `Process::begin`).
+    let leader = rustix::process::Pid::from_raw(pid)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+        .map(Arc::new);
     Ok(Launched {
         pid,
+        start,
+        leader,
         main: Main::Tokio(child),
         terminal: Some(master.clone()),
         outputs: Outputs::Pty(master.clone()),
@@ -576,7 +651,7 @@ fn launch_on_terminal(
 /// the confinement hook last), without forking the server.
 fn launch_on_pipes(
     spec: &Spec,
-    container: &Container,
+    placement: Placement<'_>,
     scope: &Scope,
     hook: Option<&crate::policy::ChildHook>,
     reaper: &Reaper,
@@ -614,15 +689,17 @@ fn launch_on_pipes(
         cwd: &spec.cwd,
         env,
         stdio: [stdin_child.as_fd(), out.1.as_fd(), err.1.as_fd()],
-        cgroup: container.cgroup_leaf(),
+        cgroup: placement.leaf(),
         hook,
     })
     .map_err(|e| spawn_error(spec, &e))?;
-    let (pid, exit) = {
+    let (pid, start, exit) = {
         let mut guard = reaper.spawning();
         let (pid, exit) = plan.spawn().map_err(|e| spawn_error(spec, &e))?;
-        guard.own(pid);
-        (pid, exit)
+        // Not reaped before its exit is waited for (`Process::begin`): the pid is the child's.
+        let start = started_at(pid);
+        guard.own_leader(pid, start, scope);
+        (pid, start, exit)
     };
     let (stdout, stderr) = (out.0, err.0);
     let stdin = match stdin_ours {
@@ -640,6 +717,8 @@ fn launch_on_pipes(
         .collect();
     Ok(Launched {
         pid,
+        start,
+        leader: exit.pidfd(),
         main: Main::Direct(exit),
         terminal: None,
         outputs: Outputs::Pipes(stdout, stderr),
@@ -860,6 +939,19 @@ fn spawn_error(spec: &Spec, e: &std::io::Error) -> RpcError {
         )
     };
     RpcError::internal(message).with_kind("spawnNotFound")
+}
+
+/// The start time of `pid`, a child just spawned and not yet waited for (0, which names no
+/// process, if its `/proc` entry cannot be read: the rules that go by its identity then find
+/// nothing, its tag and group still reach its processes).
+fn started_at(pid: i32) -> u64 {
+    let started = u32::try_from(pid)
+        .map_err(std::io::Error::other)
+        .and_then(cleanroom::process::start_time);
+    started.unwrap_or_else(|e| {
+        tracing::warn!("cannot read /proc/{pid}/stat of a process just started: {e}");
+        0
+    })
 }
 
 /// How a holder's `/proc/<pid>/fd` link names this pipe: `pipe:[<inode>]`.

@@ -8,12 +8,16 @@
 //! - `spawn`: the fork-free start of a pipe-connected process, and its pidfd wait;
 //! - `outlet`: the session's current connection, where notifications go;
 //! - `table`: a session's process records, bounded, closed ones forgotten first;
-//! - `reaper`: membership of a process tree and of a session (its scope), their termination,
-//!   and orphan reaping.
+//! - `members`: who belongs to a process tree and to a session (its scope);
+//! - `reaper`: orphan reaping, each reap attributed to the session the orphan was, and the
+//!   proof that a set of members is empty;
+//! - `terminations`: terminations under way, one round at a time on threads of their own,
+//!   fairly between sessions.
 //!
 //! Nothing here knows of connections or sessions' lifetimes: `rpc` owns those.
 
 mod child;
+mod members;
 mod outlet;
 mod pty;
 mod pump;
@@ -21,8 +25,11 @@ mod reaper;
 mod spawn;
 pub mod start;
 mod table;
+mod terminations;
 
-pub use child::{Process, Spec, Started, TERMINATE_GRACE};
+pub use child::{Placement, Process, Spec, Started, TERMINATE_GRACE};
+pub use members::{Group, Members, Scope};
 pub use outlet::Outlet;
-pub use reaper::{Reaper, Scope};
+pub use reaper::Reaper;
+pub use spawn::keep_descriptor_limit_for_children;
 pub use table::Table;

@@ -245,9 +245,13 @@ impl<P: Publish> Pump<P> {
         (n, false)
     }
 
+    /// Publishes `data`, then lets the runtime's other tasks run: a child that writes as fast
+    /// as its chunks are encoded (or a detached session's, whose chunks are never waited for)
+    /// would otherwise keep the one runtime thread for itself, and the server deaf.
     async fn publish(&self, data: &[u8]) {
         if !data.is_empty() {
             self.publisher.output(self.kind, data).await;
+            tokio::task::yield_now().await;
         }
     }
 }

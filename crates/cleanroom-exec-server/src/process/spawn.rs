@@ -34,7 +34,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use cleanroom::contain::{CloneArgs, CLONE_INTO_CGROUP};
 use tokio::io::unix::AsyncFd;
@@ -44,6 +44,39 @@ use crate::policy::ChildHook;
 
 /// Held from the clone until the child has executed or failed.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The limit on open descriptors every started process gets back, when the server raised its
+/// own ([`keep_descriptor_limit_for_children`]).
+static CHILD_NOFILE: OnceLock<libc::rlimit> = OnceLock::new();
+
+/// The server is about to raise its soft limit on open descriptors from `soft`: every process it
+/// starts from now on gets `soft` back before exec (a program using `select` breaks on
+/// descriptors past 1024), under the hard limit, which stays.
+pub fn keep_descriptor_limit_for_children(soft: u64) {
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard.unwrap_or(libc::RLIM_INFINITY),
+    };
+    let _ = CHILD_NOFILE.set(limit);
+}
+
+/// Makes a forked `command` take the descriptor limit the server was given back before exec
+/// (see [`keep_descriptor_limit_for_children`]).
+pub fn restore_descriptor_limit_on_exec(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let Some(&limit) = CHILD_NOFILE.get() else {
+        return;
+    };
+    // SAFETY: runs between fork and exec and makes one async-signal-safe system call on a value
+    // copied into the closure; no allocation.
+    unsafe {
+        command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        });
+    }
+}
 
 /// The child's stack (it needs a few KiB: the confinement hook's path buffer is the largest).
 const STACK_SIZE: usize = 256 * 1024;
@@ -76,6 +109,8 @@ pub struct Plan<'a> {
     /// its `cgroup.procs` (joined by writing "0" where a child cannot be born in it).
     cgroup: Option<Leaf>,
     hook: Option<&'a ChildHook>,
+    /// The descriptor limit to set back (see [`keep_descriptor_limit_for_children`]).
+    nofile: Option<libc::rlimit>,
 }
 
 /// The command line and surroundings of a [`Plan`].
@@ -127,6 +162,7 @@ impl<'a> Plan<'a> {
                 procs: procs.as_raw_fd(),
             }),
             hook: command.hook,
+            nofile: CHILD_NOFILE.get().copied(),
         })
     }
 
@@ -144,10 +180,12 @@ impl<'a> Plan<'a> {
         let mut pidfd: c_int = -1;
         let one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let saved = set_signal_mask(u64::MAX).map_err(io::Error::from_raw_os_error)?;
-        // SAFETY (both clones): the child runs `child` on its own stack and only does what the
-        // module's invariant allows; CLONE_VFORK keeps this thread (and so `context`, `self`
-        // and the stack) waiting until the child has executed or exited.
+        // Both clones: the child runs `child` on its own stack and only does what the module's
+        // invariant allows; CLONE_VFORK keeps this thread (and so `context`, `self` and the
+        // stack) waiting until the child has executed or exited; every signal is blocked (just
+        // above) until both are done.
         let mut pid = match leaf {
+            // SAFETY: as said above the match; `leaf.dir` is the leaf's open directory.
             Some(leaf) => unsafe { clone_into(leaf.dir, &stack, &mut context, &mut pidfd) },
             None => -(libc::ENOSYS as isize),
         };
@@ -156,6 +194,7 @@ impl<'a> Plan<'a> {
             // clone3 may have stored a descriptor number it closed again.)
             context.join_cgroup = leaf.is_some();
             pidfd = -1;
+            // SAFETY: as for `clone_into` above.
             pid = unsafe { clone_plain(&stack, &mut context, &mut pidfd) };
         }
         let _ = set_signal_mask(saved);
@@ -239,16 +278,23 @@ struct Leaf {
 /// `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` of [`child`] on `stack`; the pid or -errno.
 ///
 /// # Safety
-/// See [`Plan::spawn`]: every signal blocked, `context` and `stack` alive until it returns.
+/// See [`Plan::spawn`]: every signal blocked, no other clone of the same plan under way
+/// ([`ONE_AT_A_TIME`]), `context` and `stack` alive until it returns.
 unsafe fn clone_plain(stack: &Stack, context: &mut Context, pidfd: &mut c_int) -> isize {
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
-    let pid = libc::clone(
-        child,
-        stack.top(),
-        flags,
-        (context as *mut Context).cast(),
-        pidfd as *mut c_int,
-    );
+    // SAFETY: `stack` is a mapping of our own whose top is 16-byte aligned and unused by anyone
+    // else; `child` keeps the module's invariant on the memory it shares; CLONE_VFORK suspends
+    // this thread, so `context` (read by the child) and `pidfd` (written by the kernel) outlive
+    // the child's use of them; the caller blocked every signal.
+    let pid = unsafe {
+        libc::clone(
+            child,
+            stack.top(),
+            flags,
+            (context as *mut Context).cast(),
+            pidfd as *mut c_int,
+        )
+    };
     if pid < 0 {
         -(errno() as isize)
     } else {
@@ -279,28 +325,39 @@ unsafe fn clone_into(dir: RawFd, stack: &Stack, context: &mut Context, pidfd: &m
     let result: isize;
     // The kernel starts the child at the instruction after `syscall`, with the parent's
     // registers but rax = 0 and rsp = the top of `stack`.
-    std::arch::asm!(
-        "syscall",
-        "test rax, rax",
-        "jnz 2f",
-        "xor ebp, ebp",
-        "mov rdi, r12",
-        "and rsp, -16",
-        "call r13",
-        "ud2",
-        "2:",
-        inlateout("rax") libc::SYS_clone3 as isize => result,
-        in("rdi") &args as *const CloneArgs,
-        in("rsi") std::mem::size_of::<CloneArgs>(),
-        in("r12") (context as *mut Context).cast::<c_void>(),
-        in("r13") entry,
-        lateout("rcx") _,
-        lateout("r11") _,
-        options(nostack),
-    );
+    // SAFETY: `args` lives on this frame, which stays put while the kernel reads it (and, with
+    // CLONE_VFORK, until the child has executed or exited); the parent's path only reads rax and
+    // loses rcx and r11, as declared. The child runs on `stack` (mapped, ours alone, realigned
+    // to 16 bytes before the call), enters `child` with `context`, which never returns (`ud2`
+    // traps if it did), and never touches this frame.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r12",
+            "and rsp, -16",
+            "call r13",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 as isize => result,
+            in("rdi") &args as *const CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") (context as *mut Context).cast::<c_void>(),
+            in("r13") entry,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        )
+    };
     result
 }
 
+/// Elsewhere: no trampoline, so `-ENOSYS` (the caller then uses [`clone_plain`]).
+///
+/// # Safety
+/// As [`clone_plain`] (it keeps the signature; it does nothing).
 #[cfg(not(all(target_arch = "x86_64", target_pointer_width = "64")))]
 unsafe fn clone_into(_: RawFd, _: &Stack, _: &mut Context, _: &mut c_int) -> isize {
     -(libc::ENOSYS as isize)
@@ -311,8 +368,9 @@ unsafe fn clone_into(_: RawFd, _: &Stack, _: &mut Context, _: &mut c_int) -> isi
 extern "C" fn child(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the parent's `Context`, alive while the parent waits (CLONE_VFORK).
     let context = unsafe { &mut *arg.cast::<Context>() };
-    // SAFETY: raw system calls on the plan's prepared data (see the module's invariant).
     let join = context.join_cgroup;
+    // SAFETY: we are the vfork child and every signal is blocked (the parent blocked them
+    // before the clone), as `run_child` requires.
     let errno = unsafe { run_child(context.plan, join) };
     context.errno.store(errno.max(1), Ordering::SeqCst);
     // SAFETY: ends the child without running anything of the server's.
@@ -320,30 +378,55 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
 }
 
 /// # Safety
-/// Only in the vfork child, with every signal blocked.
+/// Only in the vfork child, with every signal blocked: it changes the process's descriptors,
+/// directory, session and dispositions, which the suspended server shares only while it waits.
 unsafe fn run_child(plan: &mut Plan<'_>, join_cgroup: bool) -> c_int {
-    reset_dispositions();
+    // SAFETY: the caller's contract is this function's.
+    unsafe { reset_dispositions() };
     for (target, &fd) in plan.stdio.iter().enumerate() {
         let target = target as c_int;
-        let rc = if fd == target {
-            libc::fcntl(fd, libc::F_SETFD, 0)
-        } else {
-            libc::dup2(fd, target)
+        // SAFETY: fcntl and dup2 take no memory; the descriptors are the plan's, open until
+        // the parent resumes.
+        let rc = unsafe {
+            if fd == target {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, target)
+            }
         };
         if rc < 0 {
             return errno();
         }
     }
-    if libc::chdir(plan.cwd.as_ptr()) < 0 {
+    // SAFETY: `cwd` is a C string of the plan, alive while the parent waits.
+    if unsafe { libc::chdir(plan.cwd.as_ptr()) } < 0 {
         return errno();
     }
     if let (true, Some(leaf)) = (join_cgroup, plan.cgroup) {
-        if libc::write(leaf.procs, b"0".as_ptr().cast(), 1) != 1 {
+        // SAFETY: writes one byte of a static string to the leaf's open `cgroup.procs`.
+        if unsafe { libc::write(leaf.procs, b"0".as_ptr().cast(), 1) } != 1 {
             return errno();
         }
     }
-    if libc::setsid() < 0 {
+    // SAFETY: setsid takes nothing.
+    if unsafe { libc::setsid() } < 0 {
         return errno();
+    }
+    if let Some(limit) = &plan.nofile {
+        // SAFETY: prlimit64 on ourselves (pid 0) reads the plan's `rlimit` and writes nothing
+        // (the old-limit pointer is null).
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_prlimit64,
+                0,
+                libc::RLIMIT_NOFILE,
+                limit as *const libc::rlimit,
+                std::ptr::null_mut::<libc::rlimit>(),
+            )
+        };
+        if rc < 0 {
+            return errno();
+        }
     }
     if let Some(hook) = plan.hook {
         if let Err(e) = hook() {
@@ -353,24 +436,30 @@ unsafe fn run_child(plan: &mut Plan<'_>, join_cgroup: bool) -> c_int {
     if let Err(errno) = set_signal_mask(0) {
         return errno;
     }
-    exec(plan)
+    // SAFETY: the caller's contract is this function's.
+    unsafe { exec(plan) }
 }
 
 /// `execvp`'s search: the next entry on a "not here" error, EACCES if any entry had it, `sh`
 /// for a file the kernel cannot execute.
 ///
 /// # Safety
-/// Only in the vfork child.
+/// Only in the vfork child: on success the process becomes the command.
 unsafe fn exec(plan: &mut Plan<'_>) -> c_int {
     let mut denied = false;
     let mut last = libc::ENOENT;
     for candidate in &plan.candidates {
-        libc::execve(candidate.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
+        // SAFETY: the path is a C string and `argv`/`envp` NULL-terminated arrays of C strings,
+        // all the plan's, alive while the parent waits.
+        unsafe { libc::execve(candidate.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr()) };
         last = errno();
         if last == libc::ENOEXEC {
-            // `sh_argv` has at least its two first slots.
-            *plan.sh_argv.as_mut_ptr().add(1) = candidate.as_ptr();
-            libc::execve(plan.sh_argv[0], plan.sh_argv.as_ptr(), plan.envp.as_ptr());
+            // SAFETY: `sh_argv` has at least its two first slots (the plan makes it so), and the
+            // candidate outlives the exec; then as above, `sh_argv[0]` being `sh`'s path.
+            unsafe {
+                *plan.sh_argv.as_mut_ptr().add(1) = candidate.as_ptr();
+                libc::execve(plan.sh_argv[0], plan.sh_argv.as_ptr(), plan.envp.as_ptr());
+            }
             // Judged like the candidate's own error, as `execvp` does.
             last = errno();
         }
@@ -391,20 +480,27 @@ unsafe fn exec(plan: &mut Plan<'_>) -> c_int {
 /// must not reach the command), real-time signals with a handler.
 ///
 /// # Safety
-/// Only in the vfork child, with every signal blocked.
+/// Only in the vfork child, with every signal blocked: the child's table of dispositions is its
+/// own copy (no CLONE_SIGHAND), but none of the server's handlers may run on the memory it
+/// shares before they are reset.
 unsafe fn reset_dispositions() {
     for signal in 1..32 {
         if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-            libc::signal(signal, libc::SIG_DFL);
+            // SAFETY: SIG_DFL installs no handler; the caller's contract covers the rest.
+            unsafe { libc::signal(signal, libc::SIG_DFL) };
         }
     }
     for signal in libc::SIGRTMIN()..=libc::SIGRTMAX() {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(signal, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction != libc::SIG_DFL
-            && old.sa_sigaction != libc::SIG_IGN
-        {
-            libc::signal(signal, libc::SIG_DFL);
+        // SAFETY: sigaction is plain data (all zeroes is valid); the call only writes `old`, on
+        // our stack (the new action is null); then as above.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction != libc::SIG_DFL
+                && old.sa_sigaction != libc::SIG_IGN
+            {
+                libc::signal(signal, libc::SIG_DFL);
+            }
         }
     }
 }
@@ -485,15 +581,21 @@ impl Drop for Stack {
 
 /// The exit of a started process, read through its pidfd (which reaps it).
 pub struct Exit {
-    pidfd: Option<AsyncFd<OwnedFd>>,
+    pidfd: Option<AsyncFd<Arc<OwnedFd>>>,
 }
 
 impl Exit {
     fn new(pidfd: OwnedFd) -> io::Result<Exit> {
-        // SAFETY: the pidfd is owned by the AsyncFd and closed only when it is dropped, after
-        // its deregistration.
-        let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }?;
+        // SAFETY: the AsyncFd holds a reference to the pidfd, which therefore closes only after
+        // the AsyncFd is dropped and has deregistered it.
+        let pidfd =
+            unsafe { AsyncFd::register_with_interest(Arc::new(pidfd), Interest::READABLE) }?;
         Ok(Exit { pidfd: Some(pidfd) })
+    }
+
+    /// The pidfd, shared: it names the process (and its process group) even once reaped.
+    pub fn pidfd(&self) -> Option<Arc<OwnedFd>> {
+        self.pidfd.as_ref().map(|fd| fd.get_ref().clone())
     }
 
     /// Waits for the process to exit and reaps it.
@@ -503,7 +605,7 @@ impl Exit {
     }
 }
 
-async fn wait_on(pidfd: &AsyncFd<OwnedFd>) -> io::Result<ExitStatus> {
+async fn wait_on(pidfd: &AsyncFd<Arc<OwnedFd>>) -> io::Result<ExitStatus> {
     loop {
         let mut ready = pidfd.readable().await?;
         match waitid(pidfd.get_ref(), libc::WNOHANG)? {

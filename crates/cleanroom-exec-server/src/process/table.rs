@@ -2,9 +2,9 @@
 //! reach processes by, bounded in number.
 //!
 //! Invariants: at most `max_processes` records, and room is made by forgetting closed records
-//! first; ids are unique while recorded; once ended, the table takes no new record. The table
-//! decides only what is reachable: what a session reaps is its scope's business
-//! (`reaper::Scope`), so forgetting a record never lets a process escape.
+//! first; ids are unique while recorded; once ended, the table is empty and takes no new
+//! record. The table decides only what is reachable: what a session reaps is its scope's
+//! business (`reaper::Scope`), so forgetting a record never lets a process escape.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -65,9 +65,9 @@ impl Table {
         }
     }
 
-    /// Takes no more records; returns every record.
+    /// Takes no more records; gives up every record.
     pub fn end(&mut self) -> Vec<Arc<Process>> {
         self.ended = true;
-        self.processes.values().cloned().collect()
+        self.processes.drain().map(|(_, p)| p).collect()
     }
 }

@@ -120,7 +120,9 @@ impl Connection {
         }
     }
 
-    /// The connection is gone: detach the session, and end it now or after the resume window.
+    /// The connection is gone: detach the session, and end it now or after the resume window,
+    /// in a task of its own: the connection (and a shutdown waiting for connections) never
+    /// waits for a session's end.
     pub async fn close(&self) {
         let binding = self
             .binding
@@ -135,14 +137,14 @@ impl Connection {
         }
         let ttl = self.shared.session_ttl;
         if ttl.is_zero() {
-            self.shared.end_session(&session).await;
+            self.shared.end_session(session);
             return;
         }
         let shared = self.shared.clone();
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
             if session.outlet().state() == (false, generation) {
-                shared.end_session(&session).await;
+                shared.end_session(session);
             }
         });
     }
@@ -184,6 +186,7 @@ impl Connection {
                     start::new_uuid()?,
                     shared.max_sessions,
                     shared.process_retention,
+                    |scope| super::session::leaf_of(&shared.env, scope),
                 )?;
                 let generation = session
                     .outlet()

@@ -50,7 +50,7 @@ pub async fn start(c: Call) -> Reply {
                 result: Ok(result),
                 then: Some(Box::new(move || {
                     process.begin(started, reaper);
-                    session.forget_later(process);
+                    session.forget_later(&process);
                 })),
             }
         }
@@ -69,14 +69,13 @@ fn env_context(shared: &Shared) -> EnvContext<'_> {
 
 /// An `fs/*` method (see [`crate::fs`]).
 pub async fn fs(method: &'static str, c: Call) -> Result<Value, RpcError> {
-    crate::fs::call(
-        method,
-        &c.params,
-        c.shared.env.policy_base(),
-        c.session.fs(),
-        &c.shared.reaper,
-    )
-    .await
+    let cx = crate::fs::Context {
+        base: c.shared.env.policy_base(),
+        environment: c.shared.env.protection().sandbox(),
+        handles: c.session.fs(),
+        reaper: &c.shared.reaper,
+    };
+    crate::fs::call(method, &c.params, &cx).await
 }
 
 /// `http/request`: a streamed body follows the result (see [`crate::http`]); later requests
@@ -153,7 +152,7 @@ pub async fn terminate(c: Call) -> Reply {
     };
     let hold = process.hold_exit();
     let result = c
-        .unless_ready(process.terminate(&c.shared.reaper, false))
+        .unless_ready(process.terminate(&c.shared.reaper))
         .await
         .map(|running| json!({"running": running}));
     Reply {

@@ -42,10 +42,14 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Ends `session`: it leaves the registry and every process of it is reaped.
-    pub(crate) async fn end_session(&self, session: &Arc<Session>) {
-        self.sessions.remove(session);
-        session.end(&self.reaper).await;
+    /// Ends `session`: it leaves the registry now (it can no longer be resumed), and every
+    /// process of it is reaped in a task of its own, during which it counts as ending.
+    pub(crate) fn end_session(self: &Arc<Self>, session: Arc<Session>) {
+        let ending = self.sessions.remove(&session, self.clone());
+        tokio::spawn(async move {
+            session.end(&ending.shared().reaper).await;
+            drop(ending);
+        });
     }
 }
 

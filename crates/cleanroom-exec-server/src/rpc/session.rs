@@ -1,24 +1,33 @@
 //! Sessions: the unit a client initializes, owns processes in, and may resume (spec §3, §7).
 //!
-//! Owns: the registry of sessions (bounded by `max_sessions`), each session's process table
-//! (bounded by `max_processes` unclosed processes; closed ones are forgotten `--process-retention`
-//! (60 s) after closing, or earlier when room is needed), and the end of a session, which reaps
-//! everything it started.
+//! Owns: the registry of sessions (bounded by `max_sessions` attached and resumable ones, and
+//! separately by twice as many being ended), each session's process table (bounded by
+//! `max_processes` unclosed processes; closed ones are forgotten `--process-retention` (60 s)
+//! after closing, or earlier when room is needed), the session's cgroup leaf (as root: its
+//! processes are born in it), the process groups of its closed processes that may still have
+//! members, and the end of a session, which reaps everything it started and then lets go of its
+//! records.
 //!
 //! Invariants: a process is only reachable through its own session's table, so one client cannot
 //! touch another's processes; once a session has ended no process can be added to it (the check
 //! and the spawn happen under the table's lock); ending a session terminates every process tree
-//! in its table, then everything carrying its tag ([`Scope`]): what a session reaps does not
-//! depend on which process records are still kept.
+//! in its table, everything carrying its tag ([`Scope`]), everything in its cgroup leaf and every
+//! process group it started that may have members, as one set: what a session reaps does not
+//! depend on which process records are still kept; an ended session's records (their output and
+//! terminals) are dropped when its processes are gone, whatever the retention.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::task::JoinSet;
+use cleanroom::contain::SubCgroup;
 
 use crate::environment::Environment;
-use crate::process::{Outlet, Process, Reaper, Scope, Spec, Started, Table, TERMINATE_GRACE};
+use crate::process::{
+    Group, Members, Outlet, Placement, Process, Reaper, Scope, Spec, Started, Table,
+    TERMINATE_GRACE,
+};
 use crate::protocol::RpcError;
 
 /// A client session.
@@ -29,6 +38,10 @@ pub struct Session {
     retention: Duration,
     table: Mutex<Table>,
     fs: crate::fs::Handles,
+    /// Its cgroup leaf below the server's (as root).
+    cgroup: Option<Arc<SubCgroup>>,
+    /// The process groups of its closed processes that may still have members.
+    groups: Mutex<Vec<Group>>,
 }
 
 impl Session {
@@ -65,7 +78,10 @@ impl Session {
         let (process, started) = env.with_container(|container| match container {
             Some(container) => Process::spawn(
                 spec,
-                container,
+                match &self.cgroup {
+                    Some(leaf) => Placement::Session(leaf),
+                    None => Placement::Container(container),
+                },
                 env.protection(),
                 reaper,
                 (&self.scope, self.outlet.clone()),
@@ -77,39 +93,76 @@ impl Session {
     }
 
     /// Forgets `process` once it has been closed for the retention (`--process-retention`).
-    pub fn forget_later(self: &Arc<Self>, process: Arc<Process>) {
+    /// Meanwhile nothing but the table keeps the record: when the session ends, its records
+    /// (their output and terminals) go at once, not a retention later. At the close, the
+    /// session takes over the process's group if it may still have members (a daemon in it is
+    /// killed at the session's end, whatever becomes of the record), else its pidfd is closed.
+    pub fn forget_later(self: &Arc<Self>, process: &Arc<Process>) {
         let session = Arc::downgrade(self);
         let retention = self.retention;
+        let closed = process.closed();
+        let process = Arc::downgrade(process);
         tokio::spawn(async move {
-            process.wait_closed().await;
+            if !closed.await {
+                return;
+            }
+            if let (Some(session), Some(process)) = (session.upgrade(), process.upgrade()) {
+                session.keep_group(process.take_group());
+            }
             tokio::time::sleep(retention).await;
-            if let Some(session) = session.upgrade() {
+            if let (Some(session), Some(process)) = (session.upgrade(), process.upgrade()) {
                 session.lock().forget(&process);
             }
         });
     }
 
-    /// Ends the session: no more starts; every process tree is terminated and reaped, then
-    /// whatever else carries the session's tag.
-    pub async fn end(&self, reaper: &Reaper) {
-        let processes = self.lock().end();
-        let mut tasks = JoinSet::new();
-        for process in processes {
-            let reaper = reaper.clone();
-            tasks.spawn(async move {
-                if let Err(e) = process.terminate(&reaper, true).await {
-                    tracing::error!("{}", e.message);
-                }
-            });
+    /// Keeps `group` for the session's end; the groups kept are checked again (and the empty ones
+    /// closed) each time their number doubles.
+    fn keep_group(&self, group: Option<Group>) {
+        let Some(group) = group else {
+            return;
+        };
+        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        if groups.len() >= 16 && groups.len().is_power_of_two() {
+            groups.retain(Group::may_have_members);
         }
-        while tasks.join_next().await.is_some() {}
-        let scope = self.scope.clone();
-        let reaper = reaper.clone();
-        let swept = tokio::task::spawn_blocking(move || {
-            reaper.terminate(&scope, TERMINATE_GRACE);
-        });
-        if let Err(e) = swept.await {
-            tracing::error!("sweeping session {}: {e}", self.id);
+        groups.push(group);
+    }
+
+    /// Closes the session for the server's shutdown: detached, no more starts; returns its
+    /// records, to be dropped once the shutdown's sweep has killed every process.
+    pub fn close(&self) -> Vec<Arc<Process>> {
+        self.outlet.detach_any();
+        self.lock().end()
+    }
+
+    /// Ends the session: no more starts; everything it started (every process tree of its
+    /// table, whatever else carries its tag, its cgroup leaf, its process groups) is terminated
+    /// at once, as one set: TERM to all, the grace, KILL until none is left; then its records
+    /// are dropped.
+    ///
+    /// The records live until the set is gone: a record keeps its terminal's master open, and
+    /// only while the master is open is `/dev/pts/N`, by which the set finds a holder of the
+    /// terminal, that terminal's name (a freed one is soon another session's).
+    pub async fn end(&self, reaper: &Reaper) {
+        self.fs.end();
+        let processes = self.lock().end();
+        let groups =
+            std::mem::take(&mut *self.groups.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut members = Members::of_session(&self.scope, self.cgroup.clone(), groups);
+        for process in &processes {
+            members.include(&process.membership());
+        }
+        let ended = reaper.terminate(members, TERMINATE_GRACE).await;
+        drop(processes);
+        match ended {
+            Ok(ended) if ended.survivors.is_empty() => reaper.forget_session(&self.scope),
+            Ok(ended) => tracing::error!(
+                "session {}: processes survived SIGKILL: {:?}",
+                self.id,
+                ended.survivors.iter().map(|p| p.id.pid).collect::<Vec<_>>()
+            ),
+            Err(_) => tracing::debug!("session {}: its end is left to the shutdown", self.id),
         }
     }
 
@@ -118,33 +171,75 @@ impl Session {
     }
 }
 
+/// The cgroup leaf of session `scope` below the server's, when the server has a cgroup (`None`
+/// otherwise, or when it cannot be made: the session's processes are then born in the server's
+/// leaf, and its end relies on the other rules alone).
+pub fn leaf_of(env: &Environment, scope: &Scope) -> Option<SubCgroup> {
+    let name = scope.leaf_name();
+    match env.with_container(|container| container?.cgroup_below(&name))? {
+        Ok(leaf) => Some(leaf),
+        Err(e) => {
+            tracing::warn!("session {}: no cgroup of its own: {e}", scope.session());
+            None
+        }
+    }
+}
+
+/// Sessions being ended at most, per session `--max-sessions` allows: their processes are
+/// signalled at once, but their records are kept until the proof that the processes are gone;
+/// under honest churn on a loaded machine (16 clients, `--session-ttl 2`) about as many are
+/// being ended as the limit, so the bound leaves room for that and stops only a pile-up.
+const ENDING_PER_SESSION: usize = 2;
+
 /// Every session of the server.
 #[derive(Default)]
 pub struct Registry {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Sessions whose end is under way: out of the registry, bounded on their own.
+    ending: AtomicUsize,
 }
 
 impl Registry {
-    /// Creates a session with a fresh id, unless `max_sessions` are open.
+    /// Creates a session with a fresh id and its cgroup leaf (`leaf`, given the session's
+    /// scope), unless `max_sessions` are open (attached, or detached and resumable), or twice as
+    /// many are still being ended.
     pub fn create(
         &self,
         id: String,
         max_sessions: usize,
         retention: Duration,
+        leaf: impl FnOnce(&Scope) -> Option<SubCgroup>,
     ) -> Result<Arc<Session>, RpcError> {
         let mut sessions = self.lock();
-        if sessions.len() >= max_sessions {
+        let ending = self.ending.load(Ordering::Relaxed);
+        if ending >= ENDING_PER_SESSION * max_sessions {
             return Err(RpcError::invalid_request(format!(
-                "the server has {max_sessions} sessions, its limit (--max-sessions); try again later"
+                "the server is still ending {ending} sessions, {ENDING_PER_SESSION} times its \
+                 limit (--max-sessions {max_sessions}): their processes are being killed; try \
+                 again later"
             )));
         }
+        if sessions.len() >= max_sessions {
+            let detached = sessions.values().filter(|s| !s.outlet.state().0).count();
+            return Err(RpcError::invalid_request(format!(
+                "the server has {} sessions, its limit (--max-sessions {max_sessions}): {} \
+                 attached, {detached} detached and resumable until --session-ttl ends them \
+                 ({} more ending, not counted); try again later",
+                sessions.len(),
+                sessions.len() - detached,
+                self.ending.load(Ordering::Relaxed),
+            )));
+        }
+        let scope = Scope::of_session(&id);
         let session = Arc::new(Session {
-            scope: Scope::of_session(&id),
+            cgroup: leaf(&scope).map(Arc::new),
+            scope,
             id: id.clone(),
             retention,
             outlet: Arc::new(Outlet::default()),
             table: Mutex::new(Table::default()),
             fs: crate::fs::Handles::default(),
+            groups: Mutex::default(),
         });
         sessions.insert(id, session.clone());
         Ok(session)
@@ -155,8 +250,9 @@ impl Registry {
         self.lock().get(id).cloned()
     }
 
-    /// Removes `session` from the registry (it can no longer be resumed).
-    pub fn remove(&self, session: &Arc<Session>) {
+    /// Removes `session` from the registry (it can no longer be resumed); it counts as ending
+    /// until the guard is dropped.
+    pub fn remove(&self, session: &Arc<Session>, shared: Arc<super::Shared>) -> Ending {
         let mut sessions = self.lock();
         if sessions
             .get(session.id())
@@ -164,6 +260,8 @@ impl Registry {
         {
             sessions.remove(session.id());
         }
+        self.ending.fetch_add(1, Ordering::Relaxed);
+        Ending(shared)
     }
 
     /// Removes and returns every session (shutdown).
@@ -173,5 +271,21 @@ impl Registry {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A session being ended (see [`Registry::remove`]).
+pub struct Ending(Arc<super::Shared>);
+
+impl Ending {
+    /// The server's state.
+    pub fn shared(&self) -> &super::Shared {
+        &self.0
+    }
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        self.0.sessions.ending.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -218,8 +218,18 @@ async fn run_websocket<S: Service>(
     loop {
         tokio::select! {
             frame = stream.next() => match frame {
-                Some(Ok(Message::Text(text))) => connection.handle(text.as_bytes()).await,
-                Some(Ok(Message::Binary(bytes))) => connection.handle(&bytes).await,
+                Some(Ok(Message::Text(text))) => {
+                    if !handled(connection.handle(text.as_bytes()), &mut shutdown).await {
+                        close(close::GOING_AWAY, "shutdown");
+                        break;
+                    }
+                }
+                Some(Ok(Message::Binary(bytes))) => {
+                    if !handled(connection.handle(&bytes), &mut shutdown).await {
+                        close(close::GOING_AWAY, "shutdown");
+                        break;
+                    }
+                }
                 Some(Ok(Message::Close(_))) => {
                     // Completes the closing handshake (tungstenite has queued the reply).
                     close(close::NORMAL, "");
@@ -263,6 +273,19 @@ async fn run_websocket<S: Service>(
     };
     tokio::join!(connection.close(), finish);
     writer.abort();
+}
+
+/// Runs `handling` (one inbound message) to its end, unless the server shuts down first: a
+/// call blocked in the kernel (an `fs/*` open of a FIFO nobody writes) is then left behind, so a
+/// shutdown never waits for it. Whether it ran to its end.
+async fn handled(
+    handling: impl std::future::Future<Output = ()>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    tokio::select! {
+        () = handling => true,
+        _ = shutdown.changed() => false,
+    }
 }
 
 /// The connection's writer: queued messages in batches, pings, and at the end the close frame

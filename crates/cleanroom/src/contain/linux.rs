@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 use crate::error::IoContext;
+use crate::error::{Error, Result};
 use crate::process::{self, ProcessInfo};
-use crate::{Error, Result};
 
 /// Makes the calling process a child subreaper: orphaned descendants re-parent to it.
 pub fn set_subreaper() -> Result<()> {
@@ -64,17 +64,67 @@ const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 4;
 /// kernels the group is signalled by number only while the pidfd's process is not yet reaped
 /// (its zombie holds the number, so no other group can have it); the gap between that check and
 /// the kill is the only window, and it needs the pid space to wrap within it.
-pub(super) fn kill_group_of(leader: &OwnedFd, group: i32) {
-    // SAFETY: raw syscalls on a descriptor we own.
-    unsafe { kill_group_raw(leader.as_raw_fd(), group) }
+pub fn kill_group_of(leader: &OwnedFd, group: i32) {
+    signal_group_of(leader, group, libc::SIGKILL);
 }
 
-/// [`kill_group_of`] on a raw pidfd, in raw syscalls only (the watchdog calls it after a fork).
+/// `signal` to the process group of `leader`, as [`kill_group_of`] sends SIGKILL.
+pub fn signal_group_of(leader: &OwnedFd, group: i32, signal: libc::c_int) {
+    // SAFETY: raw syscalls on a descriptor we own.
+    unsafe { signal_group_raw(leader.as_raw_fd(), group, signal) }
+}
+
+/// Whether the process group of `leader` may still have members, so that signalling it through
+/// the pidfd can still reach someone: false once the group is provably empty (an empty group
+/// never gains a member again: `setpgid` joins only a group that has one), and false on a kernel
+/// without `PIDFD_SIGNAL_PROCESS_GROUP` once the leader is reaped (the group is then out of
+/// [`kill_group_of`]'s reach anyway).
+pub fn group_may_have_members(leader: &OwnedFd) -> bool {
+    // SAFETY: signal 0 (a check, nothing is sent) through a descriptor we own.
+    let rc = unsafe { send_through(leader.as_raw_fd(), 0, PIDFD_SIGNAL_PROCESS_GROUP) };
+    match rc {
+        0 => true,
+        _ if errno() == libc::EINVAL => {
+            // SAFETY: as above, to the pidfd's own process.
+            unsafe { send_through(leader.as_raw_fd(), 0, 0) == 0 }
+        }
+        _ => false,
+    }
+}
+
+/// [`signal_group_of`] on a raw pidfd, in raw syscalls only (the watchdog calls it after a
+/// fork).
 ///
 /// # Safety
-/// `leader` must be an open pidfd.
-pub(super) unsafe fn kill_group_raw(leader: libc::c_int, group: i32) {
-    let send = |signal: libc::c_int, flags: libc::c_uint| {
+/// `leader` must be an open pidfd on the leader of `group` (or the process that was): the signal
+/// goes wherever the descriptor points, and, on an old kernel, to the number `group`.
+pub(super) unsafe fn signal_group_raw(leader: libc::c_int, group: i32, signal: libc::c_int) {
+    // SAFETY: the caller's contract: `leader` is the group leader's open pidfd.
+    if unsafe { send_through(leader, signal, PIDFD_SIGNAL_PROCESS_GROUP) } == 0
+        || errno() != libc::EINVAL
+    {
+        return;
+    }
+    // SAFETY: as above; signal 0 only checks that the leader is not reaped yet.
+    if unsafe { send_through(leader, 0, 0) } == 0 {
+        // SAFETY: kill(2) takes no pointer; the leader's zombie still holds the number `group`,
+        // so no other group can have it (the window is in the doc of `kill_group_of`).
+        unsafe { libc::kill(-group, signal) };
+    }
+}
+
+/// `pidfd_send_signal(leader, signal, NULL, flags)`: 0, or -1 with errno set.
+///
+/// # Safety
+/// `leader` must be an open pidfd of the process (or group) meant to get `signal`.
+unsafe fn send_through(
+    leader: libc::c_int,
+    signal: libc::c_int,
+    flags: libc::c_uint,
+) -> libc::c_long {
+    // SAFETY: pidfd_send_signal with a null siginfo (allowed: the kernel fills it in) reads no
+    // memory of ours; the caller vouches for `leader`.
+    unsafe {
         libc::syscall(
             libc::SYS_pidfd_send_signal,
             leader,
@@ -82,15 +132,13 @@ pub(super) unsafe fn kill_group_raw(leader: libc::c_int, group: i32) {
             std::ptr::null::<libc::siginfo_t>(),
             flags,
         )
-    };
-    if send(libc::SIGKILL, PIDFD_SIGNAL_PROCESS_GROUP) == 0
-        || *libc::__errno_location() != libc::EINVAL
-    {
-        return;
     }
-    if send(0, 0) == 0 {
-        libc::kill(-group, libc::SIGKILL);
-    }
+}
+
+/// The calling thread's errno (async-signal-safe: the watchdog reads it after a fork).
+pub(super) fn errno() -> libc::c_int {
+    // SAFETY: the thread's own errno location.
+    unsafe { *libc::__errno_location() }
 }
 
 /// Reaps exited children of this process that `keep` does not claim (for processes that share
@@ -103,10 +151,11 @@ pub fn reap_orphans(keep: &dyn Fn(i32) -> bool) -> usize {
 /// This process's children that have exited and wait to be reaped, listed without reaping
 /// (procfs reads only: a caller that guards its reaps with a lock lists before taking it).
 pub fn exited_children() -> Vec<i32> {
-    let me = std::process::id() as i32;
-    let mut exited = process::children(me);
-    exited.retain(|&child| !process::is_alive(child));
-    exited
+    process::children(std::process::id())
+        .into_iter()
+        .filter(|&child| !process::is_alive(child))
+        .filter_map(|child| libc::pid_t::try_from(child).ok())
+        .collect()
 }
 
 /// Reaps those of `exited` (from [`exited_children`]) that `keep` does not claim now; returns
@@ -265,6 +314,21 @@ impl Cgroup {
         }
         let path = parent.join(format!("cleanroom-{run_id}"));
         fs::create_dir(&path).at("create cgroup", &path)?;
+        Cgroup::open_created(path)
+    }
+
+    /// A new leaf `name` below this one (the exec-server gives each client session one). Its
+    /// processes are members of this leaf too: listing, `cgroup.kill` and `populated` cover the
+    /// whole subtree, and [`Cgroup::remove`] removes the leaves below first.
+    pub(super) fn create_below(&self, name: &str) -> Result<Cgroup> {
+        let path = self.path.join(name);
+        rustix::fs::mkdirat(&self.dir, name, Mode::from_raw_mode(0o755))
+            .map_err(|e| Error::io("create cgroup", &path, e))?;
+        Cgroup::open_created(path)
+    }
+
+    /// Opens the leaf just created at `path` (removed again if that fails).
+    fn open_created(path: PathBuf) -> Result<Cgroup> {
         let open = |path: &Path, flags: OFlags| {
             rustix::fs::open(path, flags | OFlags::CLOEXEC, Mode::empty())
                 .map_err(|e| Error::io("open", path, e))
@@ -325,6 +389,15 @@ impl Cgroup {
         }
     }
 
+    /// Removes the leaf if nothing is in it any more (once, no waiting); a leaf still populated
+    /// is left to the removal of the leaf above it.
+    pub(super) fn remove_if_empty(&self) {
+        if !self.populated() {
+            remove_below(&self.dir);
+            let _ = fs::remove_dir(&self.path);
+        }
+    }
+
     pub(super) fn members(&self) -> Vec<ProcessInfo> {
         cgroup_members(&self.path)
     }
@@ -341,7 +414,8 @@ impl Cgroup {
         is_populated(&self.dir)
     }
 
-    /// Removes the (empty) leaf, retrying briefly while the kernel finishes tearing tasks down.
+    /// Removes the (empty) leaf and the leaves below it, retrying briefly while the kernel
+    /// finishes tearing tasks down.
     /// A leaf whose processes survived the KILL loop is left in place for gc (the root's marker
     /// records it).
     pub(super) fn remove(self, survivors: bool) {
@@ -352,6 +426,7 @@ impl Cgroup {
             );
             return;
         }
+        remove_below(&self.dir);
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             match fs::remove_dir(&self.path) {
@@ -582,6 +657,7 @@ pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
     // joining it after this read can only come from outside the run; rmdir then refuses, as it
     // would after a kill loop.
     if !is_populated(&dir) {
+        remove_below(&dir);
         let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
         return Vec::new();
     }
@@ -605,8 +681,52 @@ pub fn kill_cgroup_path(path: &Path, run_id: &str) -> Vec<ProcessInfo> {
             return members;
         }
     }
+    remove_below(&dir);
     let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
     members
+}
+
+/// Removes every (empty) cgroup below the open cgroup `dir`, deepest first, without following
+/// anything: a leaf cannot be removed while cgroups are below it (the exec-server's session
+/// leaves, or ones a root process made). What cannot be removed (still populated) stays, and
+/// then so does `dir`.
+fn remove_below(dir: &OwnedFd) {
+    // Every cgroup below, as a path relative to `dir`, parents before their children.
+    let mut found: Vec<String> = Vec::new();
+    let mut next = 0;
+    let mut listing = subdirectories(dir, ".");
+    loop {
+        found.extend(listing);
+        let Some(relative) = found.get(next) else {
+            break;
+        };
+        next += 1;
+        listing = subdirectories(dir, relative)
+            .into_iter()
+            .map(|name| format!("{relative}/{name}"))
+            .collect();
+    }
+    for relative in found.iter().rev() {
+        let _ = rustix::fs::unlinkat(dir, relative.as_str(), AtFlags::REMOVEDIR);
+    }
+}
+
+/// The names of the directories in `relative` beneath the open cgroup `dir` (no link followed).
+fn subdirectories(dir: &OwnedFd, relative: &str) -> Vec<String> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let Ok(fd) = rustix::fs::openat2(dir, relative, flags, Mode::empty(), resolve) else {
+        return Vec::new();
+    };
+    let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type() == rustix::fs::FileType::Directory)
+        .filter_map(|e| e.file_name().to_str().ok().map(str::to_owned))
+        .filter(|name| name != "." && name != "..")
+        .collect()
 }
 
 /// One kill of a cgroup: its members listed, `cgroup.kill`, unconditionally (an empty listing

@@ -47,7 +47,10 @@ impl Group {
     /// The group's processes, named.
     pub fn members(&self) -> Vec<ProcessInfo> {
         let pids = self.pids().unwrap_or_default();
-        pids.into_iter().filter_map(process::info).collect()
+        pids.into_iter()
+            .filter_map(|pid| u32::try_from(pid).ok())
+            .filter_map(process::info)
+            .collect()
     }
 
     /// Names every member, kills the whole group, and waits (bounded) until only the leader,

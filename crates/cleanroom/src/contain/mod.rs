@@ -38,15 +38,17 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 use serde::Serialize;
 
+use crate::error::Result;
 use crate::process::{self, ProcessInfo};
-use crate::Result;
 
 pub(crate) use os::unescape_mountinfo;
 pub use os::{
-    cgroup2_mount, cgroup_root, exited_children, kill_cgroup_path, reap_exited, reap_orphans,
-    recorded_cgroup_members, reset_signals_on_exec, set_subreaper, CloneArgs, CLONE_INTO_CGROUP,
+    cgroup2_mount, cgroup_root, exited_children, group_may_have_members, kill_cgroup_path,
+    kill_group_of, reap_exited, reap_orphans, recorded_cgroup_members, reset_signals_on_exec,
+    set_subreaper, signal_group_of, CloneArgs, CLONE_INTO_CGROUP,
 };
 pub use watchdog::Watchdog;
+pub(crate) use watchdog::{COMM as WATCHDOG_COMM, TITLE_PREFIX as WATCHDOG_TITLE_PREFIX};
 
 /// What the caller asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +82,10 @@ impl std::fmt::Display for Mechanism {
 
 /// How long the KILL phase keeps looping before it reports survivors.
 const KILL_LOOP_LIMIT: Duration = Duration::from_secs(10);
+
+/// How many times [`Container::signal_all`] lists the members again for processes forked while
+/// it signalled: enough for a shell's fork chain, bounded against a parent that forks forever.
+const SIGNAL_ROUNDS: usize = 8;
 
 /// What reaping learnt about the runner's children.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +123,9 @@ pub trait Scope {
     fn kernel_says_empty(&mut self) -> Option<bool> {
         None
     }
+    /// SIGTERM to the whole set at once where the kernel offers it (a process group); done once,
+    /// before the first listing.
+    fn term_whole(&mut self) {}
     /// SIGKILL to the whole set at once where the kernel offers it (`cgroup.kill`, the
     /// command's process group); done every round of the KILL phase, unconditionally.
     fn kill_whole(&mut self) {}
@@ -155,6 +164,8 @@ pub struct Container {
     /// The command's process group, once started: its leader's pid and a pidfd on it (the
     /// group is only ever signalled through that pidfd, see [`os::kill_group_of`]).
     group: Option<(i32, std::os::fd::OwnedFd)>,
+    /// Other children of the runner that are its own helpers, not members (see [`Self::keep`]).
+    helpers: Vec<i32>,
 }
 
 impl Container {
@@ -181,6 +192,7 @@ impl Container {
             watchdog_lost: None,
             survived: false,
             group: None,
+            helpers: Vec::new(),
         })
     }
 
@@ -233,10 +245,17 @@ impl Container {
         self.survived = true;
     }
 
-    /// Whether `pid`, a child of the runner, is one the container keeps and reaps itself (its
-    /// watchdog): the runner's reaping must skip it.
+    /// Whether `pid`, a child of the runner, is one the container keeps and is reaped by its
+    /// owner (the watchdog, [`Self::keep`]'s helpers): the runner's reaping must skip it.
     pub fn keeps(&self, pid: i32) -> bool {
-        self.watchdog.as_ref().is_some_and(|w| w.pid() == pid)
+        self.watchdog.as_ref().is_some_and(|w| w.pid() == pid) || self.helpers.contains(&pid)
+    }
+
+    /// Makes `pid`, a child of the runner that is the runner's own helper (the terminal's key
+    /// relay, which lives in the command's process group), no member of the run: it is neither
+    /// listed, nor signalled but by the group kill, nor reaped here; its owner reaps it.
+    pub fn keep(&mut self, pid: i32) {
+        self.helpers.push(pid);
     }
 
     /// The command started as `main`, the leader of its own process group. Call it before
@@ -289,6 +308,14 @@ impl Container {
         self.cgroup.as_ref().map(|c| (c.dir().as_fd(), c.procs()))
     }
 
+    /// A cgroup leaf `name` below the container's, when the container has a cgroup (`None`
+    /// otherwise): a part of the run with exact membership of its own. Its processes stay
+    /// members of the container.
+    pub fn cgroup_below(&self, name: &str) -> Option<Result<SubCgroup>> {
+        let cgroup = self.cgroup.as_ref()?;
+        Some(cgroup.create_below(name).map(SubCgroup))
+    }
+
     /// Starts `command` inside the container and returns its pid: born in the cgroup when it
     /// can be, else joined in `pre_exec` ([`Container::configure`] must not have been called).
     pub fn spawn(&self, command: &mut Command) -> std::io::Result<i32> {
@@ -307,9 +334,9 @@ impl Container {
             .as_ref()
             .map(|c| c.members())
             .unwrap_or_default();
-        let watchdog = self.watchdog.as_ref().map(Watchdog::pid);
-        for id in process::descendants(std::process::id() as i32) {
-            if Some(id.pid) != watchdog && !members.iter().any(|m| m.id == id) {
+        for id in process::descendants(std::process::id()) {
+            let kept = libc::pid_t::try_from(id.pid).is_ok_and(|pid| self.keeps(pid));
+            if !kept && !members.iter().any(|m| m.id == id) {
                 members.push(process::describe(id));
             }
         }
@@ -317,12 +344,29 @@ impl Container {
     }
 
     /// Sends `signal` to every member; returns the members signalled.
+    ///
+    /// One listing is not enough: a child whose fork completed after the listing but before
+    /// its parent took the signal would be missed (a shell that defers the signal until its
+    /// foreground child exits then waits on a child that never got it). So the members are
+    /// listed again after each round, and newcomers signalled, until a listing finds none or
+    /// [`SIGNAL_ROUNDS`] have passed (a parent that keeps forking after the signal has had it).
     pub fn signal_all(&self, signal: Signal) -> Vec<ProcessInfo> {
-        let members = self.members();
-        for member in &members {
-            let _ = member.id.signal(signal);
+        let mut signalled: Vec<ProcessInfo> = Vec::new();
+        for _ in 0..SIGNAL_ROUNDS {
+            let newcomers: Vec<ProcessInfo> = self
+                .members()
+                .into_iter()
+                .filter(|m| !signalled.iter().any(|s| s.id == m.id))
+                .collect();
+            if newcomers.is_empty() {
+                break;
+            }
+            for member in &newcomers {
+                let _ = member.id.signal(signal);
+            }
+            signalled.extend(newcomers);
         }
-        members
+        signalled
     }
 
     /// TERM to every member, up to `grace` for them to go, then KILL until none is left.
@@ -344,8 +388,55 @@ impl Container {
 
     /// Whether `children`, the direct children of the runner left after reaping, are only the
     /// ones the container keeps.
-    pub fn only_kept(&self, children: &[i32]) -> bool {
-        children.iter().all(|&c| self.keeps(c))
+    pub fn only_kept(&self, children: &[u32]) -> bool {
+        children
+            .iter()
+            .all(|&c| libc::pid_t::try_from(c).is_ok_and(|c| self.keeps(c)))
+    }
+}
+
+/// A cgroup leaf below a [`Container`]'s ([`Container::cgroup_below`]): its members exactly,
+/// `cgroup.kill` and `populated` for that part of the run alone. Removed when dropped if it is
+/// empty; else the container's removal takes it.
+#[derive(Debug)]
+pub struct SubCgroup(os::Cgroup);
+
+impl SubCgroup {
+    /// The leaf's directory and its `cgroup.procs`, as [`Container::cgroup_leaf`].
+    pub fn fds(&self) -> (std::os::fd::BorrowedFd<'_>, std::os::fd::BorrowedFd<'_>) {
+        use std::os::fd::AsFd;
+        (self.0.dir().as_fd(), self.0.procs())
+    }
+
+    /// Makes `command` join the leaf before exec, as [`Container::configure`].
+    pub fn configure(&self, command: &mut Command) {
+        self.0.configure(command);
+    }
+
+    /// The leaf's directory.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// The living processes in the leaf (and in any cgroup below it).
+    pub fn members(&self) -> Vec<ProcessInfo> {
+        self.0.members()
+    }
+
+    /// `cgroup.kill` and SIGKILL to every member, then a few milliseconds for `populated 0`.
+    pub fn kill(&self) {
+        self.0.kill();
+    }
+
+    /// Whether a process is still in the leaf (or below it).
+    pub fn populated(&self) -> bool {
+        self.0.populated()
+    }
+}
+
+impl Drop for SubCgroup {
+    fn drop(&mut self) {
+        self.0.remove_if_empty();
     }
 }
 
@@ -384,26 +475,7 @@ impl Scope for Contained<'_> {
 /// Terminates the set of processes `scope` describes: TERM, wait up to `grace`, then KILL in a
 /// loop until the set is provably empty. Returns what needed SIGKILL and what survived it.
 pub fn terminate_set(scope: &mut dyn Scope, grace: Duration) -> Termination {
-    let mut termed: Vec<ProcessInfo> = Vec::new();
-    let deadline = Instant::now() + grace;
-    loop {
-        let children = scope.reap();
-        let current = scope.members();
-        if current.is_empty() && settled(scope, children, &termed) {
-            return Termination::default();
-        }
-        for member in current {
-            if !termed.iter().any(|t| t.id == member.id) {
-                let _ = member.id.signal(Signal::TERM);
-                termed.push(member);
-            }
-        }
-        if Instant::now() >= deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    kill_until_empty(scope, &termed)
+    Terminating::new(grace).run(scope)
 }
 
 /// Whether an empty listing may be trusted: every process in `signalled` has exited (a process
@@ -428,42 +500,163 @@ fn settled(scope: &mut dyn Scope, children: Children, signalled: &[ProcessInfo])
 /// the number of children, so one listing of a process forking in a loop can take seconds,
 /// during which it forks thousands more. Killing what is known first cuts the source.
 pub fn kill_until_empty(scope: &mut dyn Scope, known: &[ProcessInfo]) -> Termination {
-    let started = Instant::now();
-    let mut signalled: Vec<ProcessInfo> = known.to_vec();
-    let mut killed: Vec<ProcessInfo> = known
-        .iter()
-        .filter(|p| p.id.signal(Signal::KILL).unwrap_or(false))
-        .cloned()
-        .collect();
-    let mut round = 0u32;
-    loop {
+    Terminating::kill(known).run(scope)
+}
+
+/// A termination under way, one round at a time: TERM to the whole set and every member, up to
+/// the grace for them to go, then KILL until the set is provably empty. No round sleeps:
+/// [`terminate_set`] sleeps between them; a caller ending many sets at once can interleave their
+/// rounds on a few threads of its own.
+#[derive(Debug)]
+pub struct Terminating {
+    stage: Stage,
+    /// Every process signalled so far.
+    signalled: Vec<ProcessInfo>,
+    /// The processes that were alive to receive SIGKILL.
+    killed: Vec<ProcessInfo>,
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// TERM to new members each round until `deadline`; `struck` once the whole set had it.
+    Term { deadline: Instant, struck: bool },
+    /// KILL each round; `started` once the processes signalled before were killed.
+    Kill {
+        started: Option<Instant>,
+        round: u32,
+    },
+}
+
+/// What a round of a [`Terminating`] left to do.
+#[derive(Debug)]
+pub enum Round {
+    /// The set is provably empty, or the KILL loop hit its bound.
+    Done(Termination),
+    /// The set is not done: run the next round after this pause.
+    Again(Duration),
+}
+
+impl Terminating {
+    /// TERM first, KILL after `grace`.
+    pub fn new(grace: Duration) -> Terminating {
+        Terminating {
+            stage: Stage::Term {
+                deadline: Instant::now() + grace,
+                struck: false,
+            },
+            signalled: Vec::new(),
+            killed: Vec::new(),
+        }
+    }
+
+    /// KILL at once, `known` first (see [`kill_until_empty`]).
+    pub fn kill(known: &[ProcessInfo]) -> Terminating {
+        Terminating {
+            stage: Stage::Kill {
+                started: None,
+                round: 0,
+            },
+            signalled: known.to_vec(),
+            killed: Vec::new(),
+        }
+    }
+
+    /// Whether the next round signals the set for the first time with TERM or with KILL (the
+    /// start, or the grace is over): a caller interleaving rounds runs these before the others.
+    pub fn signals_next(&self) -> bool {
+        match self.stage {
+            Stage::Term { struck, deadline } => !struck || Instant::now() >= deadline,
+            Stage::Kill { started, .. } => started.is_none(),
+        }
+    }
+
+    /// Rounds back to back on this thread until the set is done.
+    pub fn run(mut self, scope: &mut dyn Scope) -> Termination {
+        loop {
+            match self.round(scope) {
+                Round::Done(termination) => return termination,
+                Round::Again(pause) => std::thread::sleep(pause),
+            }
+        }
+    }
+
+    /// One round: reap, list, signal what is new, and say whether the set is done.
+    pub fn round(&mut self, scope: &mut dyn Scope) -> Round {
+        match self.stage {
+            Stage::Term { deadline, struck } => self.term_round(scope, deadline, struck),
+            Stage::Kill { started, round } => self.kill_round(scope, started, round),
+        }
+    }
+
+    fn term_round(&mut self, scope: &mut dyn Scope, deadline: Instant, struck: bool) -> Round {
+        if !struck {
+            scope.term_whole();
+            self.stage = Stage::Term {
+                deadline,
+                struck: true,
+            };
+        }
+        let children = scope.reap();
+        let current = scope.members();
+        if current.is_empty() && settled(scope, children, &self.signalled) {
+            return Round::Done(Termination::default());
+        }
+        for member in current {
+            if !self.signalled.iter().any(|t| t.id == member.id) {
+                let _ = member.id.signal(Signal::TERM);
+                self.signalled.push(member);
+            }
+        }
+        if Instant::now() < deadline {
+            return Round::Again(Duration::from_millis(5));
+        }
+        self.stage = Stage::Kill {
+            started: None,
+            round: 0,
+        };
+        Round::Again(Duration::ZERO)
+    }
+
+    fn kill_round(&mut self, scope: &mut dyn Scope, started: Option<Instant>, round: u32) -> Round {
+        let started = started.unwrap_or_else(|| {
+            self.killed = (self.signalled.iter())
+                .filter(|p| p.id.signal(Signal::KILL).unwrap_or(false))
+                .cloned()
+                .collect();
+            Instant::now()
+        });
         scope.kill_whole();
         let children = scope.reap();
         let current = scope.members();
         for member in &current {
             let _ = member.id.signal(Signal::KILL);
         }
-        if current.is_empty() && settled(scope, children, &signalled) {
-            return Termination {
-                killed,
+        if current.is_empty() && settled(scope, children, &self.signalled) {
+            return Round::Done(Termination {
+                killed: std::mem::take(&mut self.killed),
                 survivors: Vec::new(),
-            };
+            });
         }
         for member in current {
-            if !killed.iter().any(|k| k.id == member.id) {
-                killed.push(member.clone());
+            if !self.killed.iter().any(|k| k.id == member.id) {
+                self.killed.push(member.clone());
             }
-            if !signalled.iter().any(|k| k.id == member.id) {
-                signalled.push(member);
+            if !self.signalled.iter().any(|k| k.id == member.id) {
+                self.signalled.push(member);
             }
         }
         if started.elapsed() > KILL_LOOP_LIMIT {
             let survivors = report_survivors(scope, children);
+            let mut killed = std::mem::take(&mut self.killed);
             killed.retain(|k| !survivors.iter().any(|s| s.id == k.id));
-            return Termination { killed, survivors };
+            return Round::Done(Termination { killed, survivors });
         }
-        round += 1;
-        std::thread::sleep(Duration::from_micros(200 * u64::from(round.min(25))));
+        let round = round + 1;
+        self.stage = Stage::Kill {
+            started: Some(started),
+            round,
+        };
+        Round::Again(Duration::from_micros(200 * u64::from(round.min(25))))
     }
 }
 

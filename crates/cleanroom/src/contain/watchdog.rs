@@ -21,10 +21,16 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use crate::{Error, Result};
+use super::os::errno;
+use crate::error::{Error, Result};
 
 /// How long a watchdog keeps killing after the runner died.
 const KILL_FOR: Duration = Duration::from_secs(5);
+/// What a watchdog's command line starts with, followed by its run id (gc finds stopped
+/// watchdogs of dead runners by it, see `reclaim`).
+pub(crate) const TITLE_PREFIX: &str = "cleanroom watchdog ";
+/// A watchdog's thread name (`/proc/<pid>/comm`, without the newline).
+pub(crate) const COMM: &std::ffi::CStr = c"cr-watchdog";
 /// Message: the command's process group follows (4 bytes, native endian).
 const GROUP: u8 = b'P';
 /// Message: the run is over, exit without killing.
@@ -51,6 +57,10 @@ pub struct Watchdog {
 }
 
 /// What the watchdog works from, prepared before the fork.
+///
+/// Invariant: its descriptors are open for as long as it lives. Only [`Watchdog::start`] makes
+/// one, from descriptors it keeps open until the plan is dropped; in the child, which never
+/// returns from [`watch`], they stay open.
 struct Plan {
     pipe: RawFd,
     /// A pidfd on the runner: readable once it is dead.
@@ -109,7 +119,7 @@ impl Watchdog {
             pipe: read.as_raw_fd(),
             runner: runner.as_raw_fd(),
             cgroup: cgroup.map(|(dir, _)| dir.as_raw_fd()),
-            title: format!("cleanroom watchdog {run_id}").into_bytes(),
+            title: format!("{TITLE_PREFIX}{run_id}").into_bytes(),
             argv: argv_area(),
             cgroup_parent: parent
                 .as_ref()
@@ -258,15 +268,26 @@ fn open_child_pidfd(pid: i32) -> Result<OwnedFd> {
 /// The watchdog's life: keep only what it needs, wait for the runner's word, kill if none came.
 ///
 /// # Safety
-/// Only in the child of a fork: it exits the process.
+/// Only in the child of a fork of the runner, before anything else runs there, with `plan` as
+/// [`Watchdog::start`] made it: it closes every descriptor but the plan's (so no Rust object of
+/// the parent's may use one again), writes over the argv area, and never returns (`_exit`). The
+/// runner may have had other threads, so it makes only async-signal-safe calls on memory
+/// allocated before the fork.
 unsafe fn watch(plan: &Plan) -> ! {
-    libc::setsid();
-    set_title(plan);
-    for std_fd in 0..3 {
-        libc::dup2(plan.dev_null, std_fd);
+    // SAFETY: setsid and dup2 take no memory; `dev_null` is open (the plan's invariant).
+    unsafe {
+        libc::setsid();
+        for std_fd in 0..3 {
+            libc::dup2(plan.dev_null, std_fd);
+        }
     }
+    // SAFETY: `plan.argv` was read from this very process's /proc/self/stat before the fork, and
+    // this child has a single thread, so nothing else reads the argv area while it is rewritten.
+    unsafe { set_title(plan) };
     let parent = plan.cgroup_parent.as_ref().map_or(-1, |(fd, _)| *fd);
-    close_all_but(&[plan.pipe, plan.runner, plan.cgroup.unwrap_or(-1), parent]);
+    // SAFETY: the caller's contract: nothing of the parent's runs here again to use what is
+    // closed, and every descriptor the watchdog still uses is in the list.
+    unsafe { close_all_but(&[plan.pipe, plan.runner, plan.cgroup.unwrap_or(-1), parent]) };
     let mut group: i32 = 0;
     let mut leader: RawFd = -1;
     let mut buf = [0u8; 64];
@@ -275,12 +296,16 @@ unsafe fn watch(plan: &Plan) -> ! {
         if !runner_alive(plan) {
             break;
         }
-        let n = libc::read(
-            plan.pipe,
-            buf.as_mut_ptr().add(pending).cast(),
-            64 - pending,
-        );
-        if n < 0 && *libc::__errno_location() == libc::EINTR {
+        // SAFETY: reads at most `64 - pending` bytes into `buf[pending..]`, on our stack; the
+        // pipe is open (the plan's invariant).
+        let n = unsafe {
+            libc::read(
+                plan.pipe,
+                buf.as_mut_ptr().add(pending).cast(),
+                64 - pending,
+            )
+        };
+        if n < 0 && errno() == libc::EINTR {
             continue;
         }
         if n <= 0 {
@@ -289,13 +314,15 @@ unsafe fn watch(plan: &Plan) -> ! {
         pending += n as usize;
         while pending > 0 {
             match buf[0] {
-                DONE => libc::_exit(0),
+                // SAFETY: leaving the forked child, as the caller's contract requires.
+                DONE => unsafe { libc::_exit(0) },
                 GROUP if pending >= 5 => {
                     group = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
                     // The runner has not reaped the leader yet (it sends this first), so the
                     // pidfd is the command's; the group is only ever signalled through it.
                     if leader < 0 {
-                        leader = libc::syscall(libc::SYS_pidfd_open, group, 0) as RawFd;
+                        // SAFETY: pidfd_open takes no memory.
+                        leader = unsafe { libc::syscall(libc::SYS_pidfd_open, group, 0) } as RawFd;
                     }
                     buf.copy_within(5..pending, 0);
                     pending -= 5;
@@ -308,19 +335,25 @@ unsafe fn watch(plan: &Plan) -> ! {
             }
         }
     }
-    kill_run(plan, group, leader);
+    // SAFETY: `leader` is -1 or the pidfd just opened on the group leader the runner named.
+    unsafe { kill_run(plan, group, leader) };
     if let (Some(dir), Some((parent, name))) = (plan.cgroup, &plan.cgroup_parent) {
-        if !populated(dir) {
-            libc::unlinkat(*parent, name.as_ptr(), libc::AT_REMOVEDIR);
+        // SAFETY: the leaf and its parent are open directories (the plan's invariant); `name`
+        // is a C string allocated before the fork.
+        unsafe {
+            if !populated(dir) {
+                libc::unlinkat(*parent, name.as_ptr(), libc::AT_REMOVEDIR);
+            }
         }
     }
-    libc::_exit(0)
+    // SAFETY: leaving the forked child, as the caller's contract requires.
+    unsafe { libc::_exit(0) }
 }
 
 /// Waits until the socket has something to read (a message, or end of file) or the runner is
 /// dead; returns false in the latter case, when the socket is empty. A message already sent
 /// is read before the runner's death counts, so a `D` followed by the runner's exit is honoured.
-unsafe fn runner_alive(plan: &Plan) -> bool {
+fn runner_alive(plan: &Plan) -> bool {
     let mut fds = [
         libc::pollfd {
             fd: plan.pipe,
@@ -334,7 +367,9 @@ unsafe fn runner_alive(plan: &Plan) -> bool {
         },
     ];
     loop {
-        if libc::poll(fds.as_mut_ptr(), 2, -1) >= 0 || *libc::__errno_location() != libc::EINTR {
+        // SAFETY: poll writes the `revents` of the two entries of `fds`, on our stack, whose
+        // length is passed with it; the descriptors are open (the plan's invariant).
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } >= 0 || errno() != libc::EINTR {
             break;
         }
     }
@@ -352,18 +387,30 @@ fn argv_area() -> Option<(usize, usize)> {
 }
 
 /// Writes the title over the argv area (zero-filled after it) and names the thread.
+///
+/// # Safety
+/// `plan.argv`, if set, must be this process's argv area as its `/proc/self/stat` gives it (the
+/// kernel mapped it writable at exec), and nothing else may read or write that memory meanwhile:
+/// only in the single-threaded watchdog child.
 unsafe fn set_title(plan: &Plan) {
-    libc::prctl(libc::PR_SET_NAME, c"cr-watchdog".as_ptr());
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes; COMM is a static
+    // C string of 11.
+    unsafe { libc::prctl(libc::PR_SET_NAME, COMM.as_ptr()) };
     let Some((start, end)) = plan.argv else {
         return;
     };
-    let area = std::slice::from_raw_parts_mut(start as *mut u8, end - start);
+    // SAFETY: the caller's contract: [start, end) is mapped, writable and ours alone.
+    let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, end - start) };
     let n = plan.title.len().min(area.len() - 1);
     area[..n].copy_from_slice(&plan.title[..n]);
     area[n..].fill(0);
 }
 
 /// Closes every descriptor but 0–2 and `keep` (close_range on the gaps).
+///
+/// # Safety
+/// No Rust object may use a closed descriptor afterwards: only in a forked child that never
+/// returns into the parent's code.
 unsafe fn close_all_but(keep: &[RawFd; 4]) {
     let mut first: libc::c_uint = 3;
     let mut sorted = *keep;
@@ -371,26 +418,34 @@ unsafe fn close_all_but(keep: &[RawFd; 4]) {
     for fd in sorted {
         if fd >= first as RawFd {
             if fd > first as RawFd {
-                libc::syscall(libc::SYS_close_range, first, fd as libc::c_uint - 1, 0);
+                // SAFETY: close_range takes no memory; the caller's contract covers the closing.
+                unsafe { libc::syscall(libc::SYS_close_range, first, fd as libc::c_uint - 1, 0) };
             }
             first = fd as libc::c_uint + 1;
         }
     }
-    libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0);
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0) };
 }
 
 /// Kills the run for up to [`KILL_FOR`], until three rounds in a row found nothing.
+///
+/// # Safety
+/// `leader` must be -1 or an open pidfd on the command's process group leader (the group is
+/// signalled through it), and `plan`'s descriptors open (its invariant).
 unsafe fn kill_run(plan: &Plan, group: i32, leader: RawFd) {
     let started = now();
     let mut quiet = 0;
     while quiet < 3 && now() - started < KILL_FOR.as_millis() as i64 {
         let mut found = false;
         if let Some(dir) = plan.cgroup {
-            found |= kill_cgroup(dir);
+            // SAFETY: the leaf is an open directory (the plan's invariant).
+            found |= unsafe { kill_cgroup(dir) };
         }
         // Not counted as finding anything: zombies keep a group alive for kill(2).
         if leader >= 0 {
-            super::os::kill_group_raw(leader, group);
+            // SAFETY: the caller's contract: `leader` is the group leader's pidfd.
+            unsafe { super::os::signal_group_raw(leader, group, libc::SIGKILL) };
         }
         found |= kill_tagged(plan);
         quiet = if found { 0 } else { quiet + 1 };
@@ -398,34 +453,47 @@ unsafe fn kill_run(plan: &Plan, group: i32, leader: RawFd) {
             tv_sec: 0,
             tv_nsec: 10_000_000,
         };
-        libc::nanosleep(&pause, std::ptr::null_mut());
+        // SAFETY: nanosleep reads `pause` on our stack; the remainder pointer may be null.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
     }
 }
 
 /// Monotonic milliseconds.
-unsafe fn now() -> i64 {
-    let mut ts: libc::timespec = std::mem::zeroed();
-    libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+fn now() -> i64 {
+    // SAFETY: timespec is plain data (all zeroes is valid); clock_gettime writes only to it.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        ts
+    };
     ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
 }
 
 /// `cgroup.kill` on the leaf, then SIGKILL to every tgid `cgroup.procs` lists (a leader that
 /// called `pthread_exit` ignores the former). Returns whether the leaf had members.
+///
+/// # Safety
+/// `dir` must be an open descriptor of the run's cgroup leaf, for the whole call: every process
+/// its `cgroup.procs` names is killed.
 unsafe fn kill_cgroup(dir: RawFd) -> bool {
-    let kill = libc::openat(
-        dir,
-        c"cgroup.kill".as_ptr(),
-        libc::O_WRONLY | libc::O_CLOEXEC,
-    );
-    if kill >= 0 {
-        libc::write(kill, b"1".as_ptr().cast(), 1);
-        libc::close(kill);
-    }
-    let procs = libc::openat(
-        dir,
-        c"cgroup.procs".as_ptr(),
-        libc::O_RDONLY | libc::O_CLOEXEC,
-    );
+    // SAFETY: `dir` is open (the caller's contract); the names are static C strings; the write
+    // reads one byte of a static string; only the descriptor opened here is closed.
+    let procs = unsafe {
+        let kill = libc::openat(
+            dir,
+            c"cgroup.kill".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if kill >= 0 {
+            libc::write(kill, b"1".as_ptr().cast(), 1);
+            libc::close(kill);
+        }
+        libc::openat(
+            dir,
+            c"cgroup.procs".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
     if procs < 0 {
         return false;
     }
@@ -433,7 +501,8 @@ unsafe fn kill_cgroup(dir: RawFd) -> bool {
     let mut buf = [0u8; 4096];
     let mut pid: i32 = 0;
     loop {
-        let n = libc::read(procs, buf.as_mut_ptr().cast(), buf.len());
+        // SAFETY: reads at most `buf.len()` bytes into `buf`, on our stack, from our descriptor.
+        let n = unsafe { libc::read(procs, buf.as_mut_ptr().cast(), buf.len()) };
         if n <= 0 {
             break;
         }
@@ -441,47 +510,64 @@ unsafe fn kill_cgroup(dir: RawFd) -> bool {
             if b.is_ascii_digit() {
                 pid = pid.saturating_mul(10).saturating_add(i32::from(b - b'0'));
             } else if pid > 0 {
-                libc::kill(pid, libc::SIGKILL);
+                // SAFETY: kill takes no memory; `pid` was listed by the run's leaf just now.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
                 found = true;
                 pid = 0;
             }
         }
     }
-    libc::close(procs);
+    // SAFETY: closes the descriptor opened above, used no more.
+    unsafe { libc::close(procs) };
     found
 }
 
 /// Whether `cgroup.events` of the leaf lacks `populated 0` (an unreadable one counts as
 /// populated).
+///
+/// # Safety
+/// `dir` must be an open directory descriptor for the whole call.
 unsafe fn populated(dir: RawFd) -> bool {
-    let fd = libc::openat(
-        dir,
-        c"cgroup.events".as_ptr(),
-        libc::O_RDONLY | libc::O_CLOEXEC,
-    );
+    // SAFETY: `dir` is open (the caller's contract); the name is a static C string.
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            c"cgroup.events".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return true;
     }
     let mut buf = [0u8; 256];
-    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-    libc::close(fd);
+    // SAFETY: reads at most `buf.len()` bytes into `buf`, on our stack, from the descriptor
+    // opened above, then closes it.
+    let n = unsafe {
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
     let text = &buf[..n.max(0) as usize];
     !text.windows(11).any(|w| w == b"populated 0")
 }
 
 /// SIGKILL to every process of the runner's uid whose environment (or, for a leader that called
 /// `pthread_exit`, a thread's) has the run's tag. Returns whether one was found.
-unsafe fn kill_tagged(plan: &Plan) -> bool {
+fn kill_tagged(plan: &Plan) -> bool {
     let mut found = false;
-    for_each_number(c"/proc".as_ptr(), &mut |pid| {
+    for_each_number(c"/proc", &mut |pid| {
         let mut path = Path::new();
         path.push(b"/proc/");
         path.push_number(pid);
-        let mut st: libc::stat = std::mem::zeroed();
-        if pid as i32 == libc::getpid()
-            || libc::stat(path.as_ptr(), &mut st) != 0
-            || st.st_uid != plan.uid
-        {
+        // SAFETY: stat is plain data (all zeroes is valid); `path` is NUL-terminated (see
+        // `Path`) and stat writes only to `st`; getpid takes nothing.
+        let ours = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            pid as i32 != libc::getpid()
+                && libc::stat(path.as_ptr(), &mut st) == 0
+                && st.st_uid == plan.uid
+        };
+        if !ours {
             return;
         }
         let mark = path.len;
@@ -491,7 +577,7 @@ unsafe fn kill_tagged(plan: &Plan) -> bool {
             path.truncate(mark);
             path.push(b"/task");
             let task_dir = path;
-            for_each_number(task_dir.as_ptr(), &mut |tid| {
+            for_each_number(task_dir.as_c_str(), &mut |tid| {
                 let mut task = task_dir;
                 task.push(b"/");
                 task.push_number(tid);
@@ -500,7 +586,8 @@ unsafe fn kill_tagged(plan: &Plan) -> bool {
             });
         }
         if tagged {
-            libc::kill(pid as i32, libc::SIGKILL);
+            // SAFETY: kill takes no memory; the process is of our uid and carries the run's tag.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             found = true;
         }
     });
@@ -508,14 +595,22 @@ unsafe fn kill_tagged(plan: &Plan) -> bool {
 }
 
 /// Calls `each` with every numeric entry of the directory `dir` (getdents64, no allocation).
-unsafe fn for_each_number(dir: *const libc::c_char, each: &mut dyn FnMut(u64)) {
-    let fd = libc::open(dir, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+fn for_each_number(dir: &std::ffi::CStr, each: &mut dyn FnMut(u64)) {
+    // SAFETY: `dir` is a NUL-terminated string borrowed for the call.
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return;
     }
     let mut buf = [0u8; 8192];
     loop {
-        let n = libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len());
+        // SAFETY: getdents64 writes at most `buf.len()` bytes into `buf`, on our stack, from the
+        // descriptor opened above.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
         if n <= 0 {
             break;
         }
@@ -542,13 +637,15 @@ unsafe fn for_each_number(dir: *const libc::c_char, each: &mut dyn FnMut(u64)) {
             at += reclen;
         }
     }
-    libc::close(fd);
+    // SAFETY: closes the descriptor opened above, used no more.
+    unsafe { libc::close(fd) };
 }
 
 /// Whether the NUL-separated file at `path` has the exact entry `needle` (which is framed by
 /// NULs): read in chunks, the stream framed by a NUL on each side.
-unsafe fn environ_has(path: &Path, needle: &[u8]) -> bool {
-    let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+fn environ_has(path: &Path, needle: &[u8]) -> bool {
+    // SAFETY: `path` is NUL-terminated (see `Path`).
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return false;
     }
@@ -558,11 +655,15 @@ unsafe fn environ_has(path: &Path, needle: &[u8]) -> bool {
     let mut filled = 1usize;
     let mut found = false;
     loop {
-        let n = libc::read(
-            fd,
-            buf.as_mut_ptr().add(filled).cast(),
-            buf.len() - filled - 1,
-        );
+        // SAFETY: reads at most `buf.len() - filled - 1` bytes into `buf[filled..]`, on our
+        // stack (one byte stays free for the closing NUL), from the descriptor opened above.
+        let n = unsafe {
+            libc::read(
+                fd,
+                buf.as_mut_ptr().add(filled).cast(),
+                buf.len() - filled - 1,
+            )
+        };
         let end = if n <= 0 {
             buf[filled] = 0;
             filled + 1
@@ -579,7 +680,8 @@ unsafe fn environ_has(path: &Path, needle: &[u8]) -> bool {
         buf.copy_within(end - keep..end, 0);
         filled = keep;
     }
-    libc::close(fd);
+    // SAFETY: closes the descriptor opened above, used no more.
+    unsafe { libc::close(fd) };
     found
 }
 
@@ -630,6 +732,13 @@ impl Path {
     /// The path, NUL-terminated (every change writes the NUL after `len`).
     fn as_ptr(&self) -> *const libc::c_char {
         self.bytes.as_ptr().cast()
+    }
+
+    /// The path as a C string.
+    fn as_c_str(&self) -> &std::ffi::CStr {
+        // Never the fallback: the last byte is never written, so a NUL is always there (no panic
+        // path after the fork).
+        std::ffi::CStr::from_bytes_until_nul(&self.bytes).unwrap_or(c"")
     }
 }
 

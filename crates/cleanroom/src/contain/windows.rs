@@ -29,7 +29,7 @@ use windows_sys::Win32::System::Threading::{
 };
 
 use crate::process::{self, ProcessInfo};
-use crate::win;
+use crate::sys::windows as win;
 
 /// Exit code the processes of a terminated job get.
 pub const KILLED_EXIT_CODE: u32 = 1;

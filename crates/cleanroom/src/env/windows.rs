@@ -9,14 +9,14 @@ use std::path::{Component, Path, PathBuf, Prefix};
 use windows_sys::Win32::UI::Shell::FOLDERID_Profile;
 
 use crate::root::Layout;
-use crate::win;
+use crate::sys::windows as win;
 
 /// The variable that names the home directory.
 pub const HOME_VAR: &str = "USERPROFILE";
 
 /// The token's user (its SID, for messages) and its profile directory.
 pub fn account_home() -> (String, std::io::Result<PathBuf>) {
-    let who = crate::namespace::user_sid()
+    let who = crate::namespace::os::user_sid()
         .map(|sid| format!("user {sid}"))
         .unwrap_or_else(|e| format!("the current user (SID unreadable: {e})"));
     (who, profile_dir())

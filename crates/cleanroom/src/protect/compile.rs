@@ -5,11 +5,13 @@
 //! the child uses; when in doubt (a directory that cannot be listed, an entry that vanished)
 //! nothing is granted, which is stricter, never weaker.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
+use super::view::View;
 use super::DEVICE_FILES;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// A rule after canonicalization.
 #[derive(Clone, Debug)]
@@ -19,6 +21,9 @@ pub(super) struct CanonicalRule {
     pub reason: String,
     /// `None` when the path does not exist; else whether it is a directory.
     pub dir: Option<bool>,
+    /// For a rule at another place of a rule's object: that rule's path (see
+    /// [`AppliedRule::alias_of`]).
+    pub alias_of: Option<PathBuf>,
 }
 
 impl CanonicalRule {
@@ -32,14 +37,15 @@ impl CanonicalRule {
             } else {
                 by
             },
+            alias_of: self.alias_of,
         }
     }
 }
 
-/// Canonicalizes and sorts the rules (parents before children); rules on the same path merge
-/// to the weaker access. Paths that do not exist, or that this user cannot resolve, are kept
-/// (reported as absent) but never compiled.
-pub(super) fn canonical_rules(rules: &[Rule]) -> Result<Vec<CanonicalRule>> {
+/// Canonicalizes (in `view`) and sorts the rules (parents before children); rules on the same
+/// path merge to the weaker access. Paths that do not exist, or that this user cannot resolve,
+/// are kept (reported as absent) but never compiled.
+pub(super) fn canonical_rules(rules: &[Rule], view: &View) -> Result<Vec<CanonicalRule>> {
     let mut out: Vec<CanonicalRule> = Vec::with_capacity(rules.len());
     for rule in rules {
         if !rule.path.is_absolute() {
@@ -48,11 +54,8 @@ pub(super) fn canonical_rules(rules: &[Rule]) -> Result<Vec<CanonicalRule>> {
                 rule.path.display()
             )));
         }
-        let (path, dir) = match std::fs::canonicalize(&rule.path) {
-            Ok(path) => {
-                let dir = path.is_dir();
-                (path, Some(dir))
-            }
+        let (path, dir) = match view.canonicalize(&rule.path) {
+            Ok((path, dir)) => (path, Some(dir)),
             Err(e) => {
                 // Missing, or not reachable by this user (nor, then, by the child it starts):
                 // nothing to mount over or grant.
@@ -65,6 +68,7 @@ pub(super) fn canonical_rules(rules: &[Rule]) -> Result<Vec<CanonicalRule>> {
     Ok(out)
 }
 
+/// Adds a rule, or merges it into the rule on the same path (the weaker access wins).
 fn insert(
     rules: &mut Vec<CanonicalRule>,
     path: PathBuf,
@@ -72,23 +76,28 @@ fn insert(
     reason: &str,
     dir: Option<bool>,
 ) {
-    match rules.binary_search_by(|r| r.path.cmp(&path)) {
+    let rule = CanonicalRule {
+        path,
+        access,
+        reason: reason.to_string(),
+        dir,
+        alias_of: None,
+    };
+    insert_rule(rules, rule);
+}
+
+/// Adds `rule`, or merges it into the rule on the same path (the weaker access wins; a rule of
+/// the policy stays one).
+pub(super) fn insert_rule(rules: &mut Vec<CanonicalRule>, rule: CanonicalRule) {
+    match rules.binary_search_by(|r| r.path.cmp(&rule.path)) {
         Ok(i) => {
             let existing = &mut rules[i];
-            existing.access = existing.access.min(access);
-            if !existing.reason.contains(reason) {
-                existing.reason = format!("{}; {reason}", existing.reason);
+            existing.access = existing.access.min(rule.access);
+            if !existing.reason.contains(&rule.reason) {
+                existing.reason = format!("{}; {}", existing.reason, rule.reason);
             }
         }
-        Err(i) => rules.insert(
-            i,
-            CanonicalRule {
-                path,
-                access,
-                reason: reason.to_string(),
-                dir,
-            },
-        ),
+        Err(i) => rules.insert(i, rule),
     }
 }
 
@@ -148,37 +157,33 @@ pub(super) fn restricts_anything(rules: &[CanonicalRule]) -> bool {
 }
 
 /// Adds the always-writable device files where the rules give them less than write (not
-/// beneath an explicit `none` rule, which hides them), and a `/dev/shm` rule when it is private.
+/// beneath an explicit `none` rule, which hides them), and a rule for each fresh private mount
+/// (`fresh`: `/dev/shm`, `/tmp`, ... with the reason).
 pub(super) fn add_default_rules(
     rules: &mut Vec<CanonicalRule>,
-    private_dev_shm: bool,
+    fresh: &[(&Path, &str)],
+    view: &View,
 ) -> Result<()> {
-    let mut defaults: Vec<(&str, &str)> =
-        DEVICE_FILES.iter().map(|d| (*d, "device file")).collect();
-    if private_dev_shm {
-        defaults.push(("/dev/shm", "private /dev/shm (a tmpfs of this run)"));
-    }
+    let mut defaults: Vec<(&Path, &str)> = DEVICE_FILES
+        .iter()
+        .map(|d| (Path::new(*d), "device file"))
+        .collect();
+    defaults.extend_from_slice(fresh);
     for (path, reason) in defaults {
-        let path = Path::new(path);
         if rules.iter().any(|r| r.path == path) {
             continue;
         }
         let hidden = existing(rules).any(|r| r.access == Access::None && path.starts_with(&r.path));
         let access = effective_access(existing(rules).map(|r| (r.path.as_path(), r.access)), path);
-        // A private /dev/shm always gets its own rule: the child grants it on the fresh tmpfs.
-        let needed = access < Access::Write || (private_dev_shm && path == Path::new("/dev/shm"));
+        // A fresh private mount always gets its own rule: the child grants it on the new mount.
+        let needed = access < Access::Write || fresh.iter().any(|(f, _)| *f == path);
         if hidden || !needed {
             continue;
         }
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) if !meta.file_type().is_symlink() => {
-                insert(
-                    rules,
-                    path.to_path_buf(),
-                    Access::Write,
-                    reason,
-                    Some(meta.is_dir()),
-                );
+        match view.lstat(path) {
+            Ok(stat) if stat.st_mode & libc::S_IFMT != libc::S_IFLNK => {
+                let dir = stat.st_mode & libc::S_IFMT == libc::S_IFDIR;
+                insert(rules, path.to_path_buf(), Access::Write, reason, Some(dir));
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -186,6 +191,35 @@ pub(super) fn add_default_rules(
         }
     }
     Ok(())
+}
+
+/// The access the existing rules of `rules` give `path`.
+pub(super) fn access_in(rules: &[CanonicalRule], path: &Path) -> Access {
+    effective_access(existing(rules).map(|r| (r.path.as_path(), r.access)), path)
+}
+
+/// Adds a rule on the existing, canonical `path` unless a rule names it already.
+pub(super) fn add_absent(
+    rules: &mut Vec<CanonicalRule>,
+    path: &Path,
+    access: Access,
+    reason: &str,
+) {
+    if !rules.iter().any(|r| r.path == path) {
+        let dir = path.is_dir();
+        insert(rules, path.to_path_buf(), access, reason, Some(dir));
+    }
+}
+
+/// The existing paths of `rules` (sorted) that are not beneath another one of them.
+pub(super) fn maximal_existing(rules: &[CanonicalRule]) -> Vec<PathBuf> {
+    let mut top: Vec<PathBuf> = Vec::new();
+    for rule in existing(rules) {
+        if !top.last().is_some_and(|t| rule.path.starts_with(t)) {
+            top.push(rule.path.clone());
+        }
+    }
+    top
 }
 
 /// The entries of `dir` that hold (or are) one of `beneath`'s existing paths, each as a rule
@@ -269,10 +303,16 @@ impl Compiled {
     }
 }
 
-/// Compiles `rules` (canonical, sorted): with `mounts`, narrower rules become mounts and
-/// Landlock gets one grant per widening rule; without, narrower rules are expressed by the
-/// cover.
-pub(super) fn compile(all: &[CanonicalRule], mounts: bool) -> Result<Compiled> {
+/// Compiles `rules` (canonical, sorted, looked up in `view`): with `mounts`, narrower rules
+/// become mounts and Landlock gets one grant per widening rule; without, narrower rules are
+/// expressed by the cover. `fresh` are the mount points of fresh private mounts (their rules name
+/// what the child mounts there, not the host's object).
+pub(super) fn compile(
+    all: &[CanonicalRule],
+    mounts: bool,
+    view: &View,
+    fresh: &[&Path],
+) -> Result<Compiled> {
     let rules: Vec<&CanonicalRule> = existing(all).collect();
     let mut out = Compiled::default();
     if mounts {
@@ -289,11 +329,18 @@ pub(super) fn compile(all: &[CanonicalRule], mounts: bool) -> Result<Compiled> {
             .copied()
             .filter(|r| r.path != Path::new("/"))
             .collect();
-        cover(
+        let ids = Identities::of(&rules, view, fresh);
+        let mut cover = Cover {
+            view,
+            ids: &ids,
+            fresh,
+            out: &mut out,
+        };
+        cover.node(
             Path::new("/"),
             root.map_or(Access::None, |r| r.access),
             &inside,
-            &mut out,
+            None,
         );
         out.grants.sort();
         out.grants.dedup();
@@ -388,52 +435,94 @@ fn compile_with_mounts(rules: &[&CanonicalRule], top: Frame, out: &mut Compiled)
     Ok(())
 }
 
-/// Grants `access` beneath `node` except where a rule inside says less: then `node` gets only
-/// what every path beneath it may have, and its entries are granted one by one, descending into
-/// those that contain a rule (symlinks are skipped: their targets are reached by their own
-/// canonical path). `inside` are the rules strictly beneath `node`.
-fn cover(node: &Path, access: Access, inside: &[&CanonicalRule], out: &mut Compiled) {
-    let floor = inside.iter().map(|r| r.access).fold(access, Access::min);
-    if floor > Access::None {
-        out.grants.push((node.to_path_buf(), floor));
-    }
-    if floor == access {
-        for (child, beneath) in maximal(inside) {
-            cover(&child.path, child.access, &beneath, out);
-        }
-        return;
-    }
-    out.no_new_entries_in.push(node.to_path_buf());
-    let entries = match std::fs::read_dir(node) {
-        Ok(entries) => entries,
-        Err(e) => {
-            // Nothing below it is granted: stricter, never weaker.
-            tracing::debug!(path = %node.display(), "cannot list a directory of the cover: {e}");
-            return;
-        }
-    };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
-            continue;
-        }
-        let path = entry.path();
-        let beneath: Vec<&CanonicalRule> = inside
+/// The walk that expresses narrower rules in Landlock alone.
+struct Cover<'a> {
+    view: &'a View,
+    /// Every place is checked against the objects of the rules and of their ancestors, so an
+    /// object that shows at several places (bind mounts) gets one grant, never a wider one where
+    /// a place of it holds no rule.
+    ids: &'a Identities,
+    fresh: &'a [&'a Path],
+    out: &'a mut Compiled,
+}
+
+impl Cover<'_> {
+    /// Grants `access` beneath `node` except where a rule inside says less, or where the object
+    /// `node` shows is narrowed at another place: then `node` gets only what every path beneath
+    /// it may have, and its entries are granted one by one, each checked the same way (symlinks
+    /// are skipped: their targets are reached by their own canonical path). `inside` are the
+    /// rules strictly beneath `node`. A place that shows a rule's object gets that object's
+    /// access, whatever the rules above the place say.
+    /// `id`: the object at `node`, when its directory's listing said.
+    fn node(&mut self, node: &Path, access: Access, inside: &[&CanonicalRule], id: Option<Id>) {
+        let (access, cap) = match (self.fresh.contains(&node), id) {
+            (true, _) => (access, Access::Write),
+            (false, Some(id)) => self.ids.at(id, access),
+            (false, None) => match id_of(self.view, node) {
+                Some(id) => self.ids.at(id, access),
+                // Gone since it was listed: nothing is granted, stricter, never weaker.
+                None => return,
+            },
+        };
+        let floor = inside
             .iter()
-            .copied()
-            .filter(|r| r.path.starts_with(&path) && r.path != path)
-            .collect();
-        match inside.iter().find(|r| r.path == path) {
-            Some(rule) => cover(&path, rule.access, &beneath, out),
-            None if !beneath.is_empty() => cover(&path, access, &beneath, out),
-            None => out.grants.push((path, access)),
+            .map(|r| r.access)
+            .fold(access, Access::min)
+            .min(cap);
+        if floor > Access::None {
+            self.out.grants.push((node.to_path_buf(), floor));
         }
-    }
-    for rule in inside.iter().filter(|r| r.access < access) {
-        if !out.covered.contains(&rule.path) {
-            out.covered.push(rule.path.clone());
+        if floor == access {
+            return self.descend(inside);
+        }
+        self.out.no_new_entries_in.push(node.to_path_buf());
+        let entries = match self.view.list(node) {
+            Ok(entries) if node.as_os_str().len() < PATH_MAX => entries,
+            Ok(_) => return,
+            Err(e) => {
+                // None of its entries is granted (stricter, never weaker) but the paths rules
+                // name beneath it, each reached by its own path: a state dir in a directory its
+                // user may not list keeps its writable root and lock directory.
+                tracing::debug!(path = %node.display(), "cannot list a directory of the cover: {e}");
+                self.descend(inside);
+                Vec::new()
+            }
+        };
+        for (name, stat) in entries {
+            if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
+                continue;
+            }
+            let path = node.join(name);
+            let beneath: Vec<&CanonicalRule> = inside
+                .iter()
+                .copied()
+                .filter(|r| r.path.starts_with(&path) && r.path != path)
+                .collect();
+            let access = inside
+                .iter()
+                .find(|r| r.path == path)
+                .map_or(access, |rule| rule.access);
+            self.node(&path, access, &beneath, Some(Id::of(&stat)));
+        }
+        for rule in inside.iter().filter(|r| r.access < access) {
+            if !self.out.covered.contains(&rule.path) {
+                self.out.covered.push(rule.path.clone());
+            }
         }
     }
 }
+
+impl Cover<'_> {
+    /// Covers each rule of `inside` not beneath another one, at its own access.
+    fn descend(&mut self, inside: &[&CanonicalRule]) {
+        for (child, beneath) in maximal(inside) {
+            self.node(&child.path, child.access, &beneath, None);
+        }
+    }
+}
+
+/// The longest path the cover descends into (`PATH_MAX`): deeper places get nothing.
+const PATH_MAX: usize = 4096;
 
 /// The rules of `rules` not beneath another one of them, each with the rules beneath it.
 fn maximal<'a>(rules: &[&'a CanonicalRule]) -> Vec<(&'a CanonicalRule, Vec<&'a CanonicalRule>)> {
@@ -467,6 +556,86 @@ pub(super) fn top_submounts_of(dir: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     Ok(top)
+}
+
+/// A file's identity: device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Id {
+    dev: u64,
+    ino: u64,
+}
+
+impl Id {
+    /// The identity in `stat`.
+    pub fn of(stat: &rustix::fs::Stat) -> Id {
+        Id {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+        }
+    }
+}
+
+/// The identity of the object at `path` (a final symlink not followed), if it is there.
+pub(super) fn id_of(view: &View, path: &Path) -> Option<Id> {
+    view.lstat(path).ok().map(|stat| Id::of(&stat))
+}
+
+/// What the cover checks every place against: the objects of the rules, and the objects of
+/// their ancestors (whatever place shows them).
+#[derive(Debug, Default)]
+pub(super) struct Identities {
+    /// The access of each rule's object (the weaker where several rules show it).
+    rules: HashMap<Id, Access>,
+    /// For the object of each ancestor of a rule: the narrowest access beneath it at any of its
+    /// places (its own included), which is the most it may be granted.
+    floors: HashMap<Id, Access>,
+}
+
+impl Identities {
+    /// The identities of `rules` (existing, canonical) and of their ancestors; `skip` as in
+    /// `aliases::add_aliases`.
+    pub fn of(rules: &[&CanonicalRule], view: &View, skip: &[&Path]) -> Identities {
+        let mut ids = Identities::default();
+        let mut ancestors: Vec<&Path> = Vec::new();
+        for rule in rules {
+            if !skip.contains(&rule.path.as_path()) {
+                if let Some(id) = id_of(view, &rule.path) {
+                    let access = ids.rules.entry(id).or_insert(rule.access);
+                    *access = (*access).min(rule.access);
+                }
+            }
+            ancestors.extend(rule.path.ancestors().skip(1));
+        }
+        ancestors.sort();
+        ancestors.dedup();
+        let pairs: Vec<(&Path, Access)> =
+            rules.iter().map(|r| (r.path.as_path(), r.access)).collect();
+        for ancestor in ancestors {
+            let Some(id) = id_of(view, ancestor) else {
+                continue;
+            };
+            let floor = pairs
+                .iter()
+                .filter(|(path, _)| path.starts_with(ancestor) && *path != ancestor)
+                .map(|(_, access)| *access)
+                .fold(
+                    effective_access(pairs.iter().copied(), ancestor),
+                    Access::min,
+                );
+            let entry = ids.floors.entry(id).or_insert(floor);
+            *entry = (*entry).min(floor);
+        }
+        ids
+    }
+
+    /// What a place showing the object `id` may get: `access` there by path, or the object's own
+    /// access when it is a rule's; and the most it may be granted itself (`Write` when it is no
+    /// ancestor of a rule's object).
+    pub fn at(&self, id: Id, access: Access) -> (Access, Access) {
+        let access = self.rules.get(&id).copied().unwrap_or(access);
+        let cap = self.floors.get(&id).copied().unwrap_or(Access::Write);
+        (access, cap)
+    }
 }
 
 #[cfg(test)]
@@ -511,16 +680,19 @@ mod tests {
     #[test]
     fn mounts_narrow_and_reexpose_while_landlock_gets_only_widenings() {
         let (_dir, base) = base();
-        let rules = canonical_rules(&[
-            rule(Path::new("/"), Access::Write),
-            rule(&base.join("home"), Access::Read),
-            rule(&base.join("home/project"), Access::Write),
-            rule(&base.join("home/project/.git"), Access::Read),
-            rule(&base.join("missing"), Access::Read),
-        ])
+        let rules = canonical_rules(
+            &[
+                rule(Path::new("/"), Access::Write),
+                rule(&base.join("home"), Access::Read),
+                rule(&base.join("home/project"), Access::Write),
+                rule(&base.join("home/project/.git"), Access::Read),
+                rule(&base.join("missing"), Access::Read),
+            ],
+            &View::own(),
+        )
         .unwrap();
         assert!(has_narrowing(&rules) && !handles_reads(&rules));
-        let compiled = compile(&rules, true).unwrap();
+        let compiled = compile(&rules, true, &View::own(), &[]).unwrap();
         assert_eq!(compiled.grants, [(PathBuf::from("/"), Access::Write)]);
         let mounts: Vec<(PathBuf, MountKind)> = compiled
             .mounts
@@ -540,18 +712,21 @@ mod tests {
     #[test]
     fn a_rule_wider_than_a_hidden_path_is_refused_with_mounts_and_covered_without() {
         let (_dir, base) = base();
-        let rules = canonical_rules(&[
-            rule(Path::new("/"), Access::Read),
-            rule(&base.join("home"), Access::None),
-            rule(&base.join("home/docs"), Access::Read),
-        ])
+        let rules = canonical_rules(
+            &[
+                rule(Path::new("/"), Access::Read),
+                rule(&base.join("home"), Access::None),
+                rule(&base.join("home/docs"), Access::Read),
+            ],
+            &View::own(),
+        )
         .unwrap();
         assert!(handles_reads(&rules));
         assert!(matches!(
-            compile(&rules, true),
+            compile(&rules, true, &View::own(), &[]),
             Err(Error::Unsupported { .. })
         ));
-        let compiled = compile(&rules, false).unwrap();
+        let compiled = compile(&rules, false, &View::own(), &[]).unwrap();
         assert!(compiled
             .grants
             .contains(&(base.join("home/docs"), Access::Read)));
@@ -568,13 +743,16 @@ mod tests {
     #[test]
     fn the_cover_grants_everything_but_the_narrow_rule_and_keeps_wider_rules_inside() {
         let (_dir, base) = base();
-        let rules = canonical_rules(&[
-            rule(Path::new("/"), Access::Write),
-            rule(&base.join("home"), Access::Read),
-            rule(&base.join("home/project"), Access::Write),
-        ])
+        let rules = canonical_rules(
+            &[
+                rule(Path::new("/"), Access::Write),
+                rule(&base.join("home"), Access::Read),
+                rule(&base.join("home/project"), Access::Write),
+            ],
+            &View::own(),
+        )
         .unwrap();
-        let compiled = compile(&rules, false).unwrap();
+        let compiled = compile(&rules, false, &View::own(), &[]).unwrap();
         let granted = |p: &Path| {
             compiled
                 .grants

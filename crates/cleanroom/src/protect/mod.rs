@@ -25,20 +25,28 @@
 //!   Without any home to protect the run warns, or fails under `--require-protection`.
 //! - `strict`: writes only beneath the root, the working directory (never `/`: from `/` it stays
 //!   read-only, with a warning), `--allow-write`, the device files of [`DEVICE_FILES`] and a
-//!   private `/dev/shm`. Toolchain caches are not writable unless named with `--allow-write`.
+//!   private `/dev/shm`, `/tmp` and `/var/tmp`. Toolchain caches are not writable unless named
+//!   with `--allow-write`.
 //!   Under `strict` the child's `CLEANROOM_STATE_DIR` names a namespace inside the run's root,
 //!   so a nested `cleanroom run` works and writes only there.
 //!
 //! The **project root** of the working directory is the top of the nearest enclosing checkout
-//! (`.git`, `.hg`, `.jj`), else the outermost cargo, npm or go workspace (or package) root
-//! containing it; one that is, or contains, a protected path (a dotfiles repository in the home)
-//! is skipped. `.git` inside it stays as the user's permissions allow.
+//! (`.git`, `.hg`, `.jj`), else the outermost cargo, npm or go workspace (or package) root or
+//! directory with a project file (`pyproject.toml`, `pom.xml`, ...) containing it; one that is,
+//! or contains, a protected path (a dotfiles repository in the home) is skipped, and so is one
+//! another user could have made (see `project`: `/tmp` and sticky or others-writable directories
+//! never are, markers and their directories must be the user's or root's). `.git` inside
+//! it stays as the user's permissions allow. A working directory that is itself a protected path
+//! (a run from the home) is not made writable, with a warning.
 //!
-//! `home` and `strict` give the run a private `/dev/shm` where a mount namespace can be made
-//! (root always; an ordinary user through a user namespace mapping their own uid, in which files
-//! of other owners show as the overflow uid 65534). Where none can be made (inside another
-//! Landlock domain), the run shares the host's `/dev/shm`, says so, and removes nothing there:
-//! it cannot prove what the command created.
+//! `home` and `strict` give the run a private `/dev/shm`, `/tmp`, `/var/tmp` and IPC namespace
+//! where a mount namespace can be made (root always; an ordinary user through a user namespace
+//! mapping their own uid, in which files of other owners show as the overflow uid 65534): `/tmp`
+//! and `/var/tmp` are overlays of the host's whose writes land in the root, keeping the root, the
+//! project, cleanroom's lock directories and listening sockets the host's (see `scratch`; unless
+//! `--host-tmp`). Where none can be made (inside another Landlock domain), the run shares the
+//! host's, says so once (`--require-protection` refuses), and removes nothing there: it cannot
+//! prove what the command created.
 //!
 //! `home` is compiled with [`Narrowing::Cover`] (Landlock alone: exact on inodes, no capability
 //! dropped, works nested): new entries cannot be created directly in an *ancestor* of a
@@ -78,12 +86,16 @@
 //! sysfs of the new network namespace (its submounts, such as the cgroup hierarchies, moved
 //! back onto it), so `/sys/class/net` lists only `lo`.
 
+mod aliases;
+mod binds;
 mod compile;
 pub(crate) mod linux;
 mod modes;
 pub mod policy;
 mod project;
 mod rule;
+mod scratch;
+pub mod view;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -96,13 +108,18 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 
 use crate::env::{ChildEnv, HostFacts, PassedConfig, RealHome, ToolchainHome};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
+pub use crate::lock::{PRIVATE_TMP_ENV, USER_LOCK_DIR_ENV};
 pub use policy::{
-    Access, AppliedRule, DevShm, EnforcedBy, Narrowing, Network, Policy, Rule, Sandbox,
-    SandboxStatus, TEST_NO_MOUNT_NS_ENV,
+    Access, AppliedRule, EnforcedBy, Narrowing, Network, Policy, Rule, Sandbox, SandboxStatus,
+    SetupReport, TEST_NO_MOUNT_NS_ENV,
 };
 pub use project::WRITABLE_VARS;
+pub use scratch::{
+    Isolation, PrivateDir, PrivateTmp, TmpLeft, TmpMechanism, TmpStatus, PRIVATE_TMP_DIRS,
+};
+pub use view::View;
 
 /// Environment variable that, set to `1`, makes this process behave as if the kernel had no
 /// Landlock. Test-only: it exists so `--require-protection` can be tested on a kernel that has
@@ -201,11 +218,16 @@ impl fmt::Display for NetMode {
 pub struct ProtectionRequest {
     /// Filesystem mode.
     pub mode: ProtectMode,
-    /// Extra read-only paths (`--protect-path`); each must exist.
+    /// Extra read-only paths (`--protect-path`); one that does not exist is a rule reported
+    /// absent, with a warning (an error under `require`).
     pub protect_paths: Vec<PathBuf>,
-    /// Extra writable paths (`--allow-write`); each must exist. In `home` mode they are
-    /// exceptions inside protected paths.
+    /// Extra writable paths (`--allow-write`); one that does not exist is a rule reported
+    /// absent, with a warning. In `home` mode they are exceptions inside protected paths.
     pub allow_write: Vec<PathBuf>,
+    /// Where entries of `protect_paths` and `allow_write` were named, for the messages about
+    /// them: the words put before the path (a config file's `FILE:LINE: run.protect-path[0] =`);
+    /// an entry without one is named by its option (`--protect-path`).
+    pub path_origins: BTreeMap<PathBuf, String>,
     /// Network mode.
     pub net: NetMode,
     /// Fail instead of warning when the kernel cannot enforce the mode, or (in `home` mode) no
@@ -228,6 +250,14 @@ pub struct ProtectionRequest {
     /// Build output directories named by [`project::WRITABLE_VARS`] in the child's environment
     /// (absolute, or relative to `cwd`), writable in `home` mode.
     pub output_dirs: Vec<(String, PathBuf)>,
+    /// Give the command its own `/tmp` and `/var/tmp` (`home` and `strict`; `--host-tmp`
+    /// turns it off).
+    pub private_tmp: bool,
+    /// `--share-tmp`: paths beneath `/tmp` or `/var/tmp` that stay the host's; each must exist.
+    pub share_tmp: Vec<PathBuf>,
+    /// Sockets the child's environment names (`SSH_AUTH_SOCK`), kept connectable in a private
+    /// `/tmp`.
+    pub sockets: Vec<PathBuf>,
 }
 
 impl ProtectionRequest {
@@ -254,10 +284,17 @@ impl ProtectionRequest {
                 Some((var.to_string(), cwd.join(value)))
             })
             .collect();
+        let sockets = SOCKET_VARS
+            .iter()
+            .filter_map(|var| vars.get(std::ffi::OsStr::new(var)))
+            .map(PathBuf::from)
+            .filter(|path| path.is_absolute())
+            .collect();
         ProtectionRequest {
             mode,
             protect_paths: Vec::new(),
             allow_write: Vec::new(),
+            path_origins: BTreeMap::new(),
             net: NetMode::Host,
             require: false,
             homes: facts.homes.clone(),
@@ -268,12 +305,27 @@ impl ProtectionRequest {
             home_caches: facts.home_caches.clone(),
             config: facts.config.clone(),
             output_dirs,
+            private_tmp: true,
+            share_tmp: Vec::new(),
+            sockets,
         }
     }
 }
 
+/// Whether a run's `/tmp` can be private here (for `cleanroom doctor`): its namespaces and an
+/// overlay of `/tmp` tried in a child, with the upper layer in `scratch`, a fresh directory where
+/// runs' roots go (the caller removes it). `Err` is why not.
+pub fn probe_private_tmp(scratch: &Path) -> std::result::Result<(), String> {
+    scratch::probe(scratch)
+}
+
+/// Variables naming a socket the command connects to, kept connectable in a private `/tmp`.
+pub const SOCKET_VARS: &[&str] = &["SSH_AUTH_SOCK"];
+
 /// The rules `--protect mode` gives a run started in `cwd` with the host environment `host`,
-/// its root shown as `root`, and the warnings it would print (for `cleanroom doctor`).
+/// its root shown as `root`, and the warnings it would print (for `cleanroom doctor`). The rules
+/// are canonical and merged as the run merges them (one per path, the weaker access winning),
+/// so each path shows the access the run really gets (`root`, a placeholder, is shown last).
 pub fn preview(
     mode: ProtectMode,
     host: &BTreeMap<OsString, OsString>,
@@ -283,11 +335,21 @@ pub fn preview(
     let facts = HostFacts::resolve(host, &crate::env::EnvOptions::default());
     let request = ProtectionRequest::from_facts(mode, &facts, host, root, cwd);
     let mut warnings = Vec::new();
-    let mut rules = modes::policy(&request, &mut warnings)?
+    let (root_rules, rules): (Vec<Rule>, Vec<Rule>) = modes::policy(&request, &mut warnings)?
         .map(|policy| policy.rules)
-        .unwrap_or_default();
-    rules.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok((rules, warnings))
+        .unwrap_or_default()
+        .into_iter()
+        .partition(|rule| rule.path == root);
+    let mut merged: Vec<Rule> = compile::canonical_rules(&rules, &view::View::own())?
+        .into_iter()
+        .map(|rule| Rule {
+            path: rule.path,
+            access: rule.access,
+            reason: rule.reason,
+        })
+        .collect();
+    merged.extend(root_rules);
+    Ok((merged, warnings))
 }
 
 /// How much of the requested filesystem policy the kernel enforces; ordered from weakest.
@@ -338,7 +400,11 @@ pub struct ProtectionStatus {
     /// a Landlock cover).
     pub no_new_entries_in: Vec<PathBuf>,
     /// Whose `/dev/shm` the run sees.
-    pub dev_shm: DevShm,
+    pub dev_shm: Isolation,
+    /// Whose `/tmp` and `/var/tmp` the run sees, and what of the host's stays inside them.
+    pub tmp: TmpStatus,
+    /// Whose IPC namespace (System V objects, POSIX message queues) the run is in.
+    pub ipc: Isolation,
     /// The private mount namespace, if the run has one.
     pub mount_namespace: Option<String>,
     /// The network mode.
@@ -366,19 +432,44 @@ impl fmt::Display for ProtectionStatus {
         if let Some(how) = &self.net_isolation {
             write!(f, " ({how}, loopback only)")?;
         }
-        if self.dev_shm == DevShm::Private {
+        if self.dev_shm == Isolation::Private {
             f.write_str("; private /dev/shm")?;
+        }
+        if self.tmp.isolation == Isolation::Private {
+            let dirs: Vec<String> = self
+                .tmp
+                .dirs
+                .iter()
+                .map(|d| d.path.display().to_string())
+                .collect();
+            write!(f, ", {}", dirs.join(", "))?;
+        }
+        if self.ipc == Isolation::Private {
+            f.write_str(", IPC")?;
         }
         Ok(())
     }
 }
 
-/// A prepared policy, ready to be installed on a command.
-#[derive(Debug)]
+/// A prepared policy, ready to be installed on a command (a clone shares its sandbox's plan).
+#[derive(Clone, Debug)]
 pub struct Protection {
     status: ProtectionStatus,
     sandbox: Option<Sandbox>,
-    nested_state_dir: Option<PathBuf>,
+    /// Where a nested run keeps its roots and its user locks.
+    nested: Option<Nested>,
+}
+
+/// Where a run nested in a protected one keeps its roots (inside the outer run's root: the real
+/// namespace is read-only to the command) and its user-scope locks (the real namespace's, so
+/// they exclude other runs of the user).
+#[derive(Clone, Debug)]
+struct Nested {
+    state_dir: PathBuf,
+    /// `None` where the policy keeps no lock directory of the namespace writable (a root
+    /// outside a namespace): nested runs then lock in their own namespace, excluding each other
+    /// only.
+    user_locks: Option<PathBuf>,
 }
 
 impl Protection {
@@ -387,7 +478,9 @@ impl Protection {
     /// Fails with [`Error::Unsupported`] when `request.require` is set and the kernel cannot
     /// fully enforce `request.mode` or (`home`) no home to protect was found, and when
     /// `--net none` is asked and the kernel refuses the network namespace; with
-    /// [`Error::Invalid`] when a `protect_paths` or `allow_write` entry does not exist.
+    /// [`Error::Invalid`] when a `protect_paths` entry does not resolve and `request.require` is
+    /// set (otherwise its rule, like an `allow_write` one that does not resolve, is reported
+    /// absent).
     pub fn prepare(request: &ProtectionRequest) -> Result<Protection> {
         let mut warnings = Vec::new();
         let policy = modes::policy(request, &mut warnings)?;
@@ -396,6 +489,14 @@ impl Protection {
             None => None,
         };
         let status = status_of(request, sandbox.as_ref(), warnings);
+        if let Isolation::HostFallback { reason } = &status.tmp.isolation {
+            if request.require {
+                return Err(Error::Unsupported {
+                    what: "a private /tmp and /var/tmp (--require-protection)",
+                    reason: reason.clone(),
+                });
+            }
+        }
         for rule in &status.policy {
             tracing::info!(
                 "protect: {:?} {} ({}; {:?})",
@@ -406,11 +507,26 @@ impl Protection {
             );
         }
         tracing::debug!(%status, "protection prepared");
+        let nested = match (request.mode, request.root.parent()) {
+            (ProtectMode::Home | ProtectMode::Strict, Some(namespace)) => Some(Nested {
+                state_dir: request.root.join(NESTED_NAMESPACE),
+                // Where a rule of the policy keeps it writable in the read-only namespace.
+                user_locks: policy.as_ref().and_then(|policy| {
+                    let locks = namespace.join(crate::namespace::LOCKS_DIR);
+                    let canonical = locks.canonicalize().ok()?;
+                    let ruled = policy
+                        .rules
+                        .iter()
+                        .any(|rule| rule.path == canonical && rule.access == Access::Write);
+                    ruled.then_some(locks)
+                }),
+            }),
+            _ => None,
+        };
         Ok(Protection {
             status,
             sandbox,
-            nested_state_dir: (request.mode == ProtectMode::Strict)
-                .then(|| request.root.join(NESTED_NAMESPACE)),
+            nested,
         })
     }
 
@@ -419,14 +535,33 @@ impl Protection {
         &self.status
     }
 
-    /// Variables the child needs because of its protection: under `strict`, where the real
-    /// namespace is read-only, `CLEANROOM_STATE_DIR` names a namespace inside the run's root,
-    /// so a nested `cleanroom run` can create its own root (and nothing else of the user's).
+    /// What the command left in its private `/tmp` and `/var/tmp` (read from their backing
+    /// directories in the root; call it once the run's processes are gone, before the root is
+    /// removed).
+    pub fn tmp_left(&self) -> Vec<TmpLeft> {
+        scratch::left_in(&self.status.tmp)
+    }
+
+    /// Variables the child needs because of its protection: under `home` and `strict`, where
+    /// the real namespace is read-only to the command (but for the run's root and its user
+    /// lock directory), `CLEANROOM_STATE_DIR` names a namespace inside the run's root, so a
+    /// nested `cleanroom run` can create its own root (and nothing else of the user's), and
+    /// [`USER_LOCK_DIR_ENV`] the real namespace's lock directory, so its user-scope
+    /// `--exclusive` locks exclude other runs; with a private `/tmp`, [`PRIVATE_TMP_ENV`] names
+    /// the private directories, so a nested run never takes a machine lock in its own view of
+    /// them.
     pub fn child_env(&self) -> Vec<(String, PathBuf)> {
-        self.nested_state_dir
-            .iter()
-            .map(|dir| (STATE_DIR_VAR.to_string(), dir.clone()))
-            .collect()
+        let state = self.nested.iter().flat_map(|nested| {
+            let locks = nested.user_locks.clone();
+            std::iter::once((STATE_DIR_VAR.to_string(), nested.state_dir.clone()))
+                .chain(locks.map(|locks| (USER_LOCK_DIR_ENV.to_string(), locks)))
+        });
+        let dirs = self.status.tmp.dirs.iter().map(|d| d.path.clone());
+        let private = std::env::join_paths(dirs)
+            .ok()
+            .filter(|joined| !joined.is_empty())
+            .map(|joined| (PRIVATE_TMP_ENV.to_string(), PathBuf::from(joined)));
+        state.chain(private).collect()
     }
 
     /// Installs the policy on `command` (applied in the child before exec, so it covers the
@@ -451,6 +586,11 @@ impl Protection {
         self.sandbox.as_ref()
     }
 
+    /// The mount namespace its commands work in (see [`Sandbox::view`]).
+    pub fn view(&self) -> View {
+        self.sandbox.as_ref().map_or_else(View::own, Sandbox::view)
+    }
+
     /// Whether the commands it is installed on share one private `/dev/shm` (established).
     pub fn shares_dev_shm(&self) -> bool {
         self.sandbox.as_ref().is_some_and(Sandbox::shares_dev_shm)
@@ -459,23 +599,94 @@ impl Protection {
     /// This policy with its namespaces set up once and shared by every command it is installed
     /// on (see [`Sandbox::established`], whose errors it returns): for a spawner whose commands
     /// form one cleanroom, such as the exec-server's environment, they share one private
-    /// `/dev/shm`.
+    /// `/dev/shm`, `/tmp` and `/var/tmp`.
     pub fn established(&self) -> Result<Protection> {
         let sandbox = match &self.sandbox {
             Some(sandbox) => Some(sandbox.established()?),
             None => None,
         };
-        Ok(Protection {
-            status: self.status.clone(),
-            sandbox,
-            nested_state_dir: self.nested_state_dir.clone(),
+        Ok(self.with_sandbox(sandbox))
+    }
+
+    /// This established policy for a command started in `cwd` (canonical): where `cwd` and its
+    /// project root lie beneath the shared private `/tmp` or `/var/tmp`, the command binds the
+    /// host's trees there, at the access the policy gives them (a process of the exec-server
+    /// works in the host's checkout as a run does in its own). Borrowed when nothing changes.
+    pub fn for_process(&self, cwd: &Path) -> Result<std::borrow::Cow<'_, Protection>> {
+        let Some(sandbox) = &self.sandbox else {
+            return Ok(std::borrow::Cow::Borrowed(self));
+        };
+        let mut paths = vec![cwd.to_path_buf()];
+        let project = project::project_root(cwd, &self.status.read_only);
+        if let Some(warning) = project.warning {
+            tracing::warn!("{warning}");
+        }
+        paths.extend(project.root.map(|root| root.path));
+        let access = |path: &Path| {
+            let rules = self.status.policy.iter();
+            let rules = rules.filter(|r| r.enforced_by != EnforcedBy::Absent);
+            compile::effective_access(rules.map(|r| (r.path.as_path(), r.access)), path)
+        };
+        let wanted = paths.into_iter().map(|path| {
+            let access = match self.status.enforcement {
+                Enforcement::None => Access::Write,
+                _ => access(&path),
+            };
+            (path, access)
+        });
+        Ok(match sandbox.binding(wanted)? {
+            Some(bound) => std::borrow::Cow::Owned(self.with_sandbox(Some(bound))),
+            None => std::borrow::Cow::Borrowed(self),
         })
+    }
+
+    /// What went wrong, when `err` is the error of a spawn whose child failed while it set this
+    /// policy up (see [`Sandbox::explain`]).
+    pub fn explain(&self, err: &std::io::Error) -> Option<String> {
+        self.sandbox.as_ref()?.explain(err)
+    }
+
+    /// Arms a report of the next spawn's best-effort steps ([`Sandbox::arm_report`]); call
+    /// [`Protection::settle`] with it once the spawn returned.
+    pub fn arm_report(&self) -> Result<Option<SetupReport>> {
+        match &self.sandbox {
+            Some(sandbox) => sandbox.arm_report(),
+            None => Ok(None),
+        }
+    }
+
+    /// Takes in what the child reported ([`Protection::arm_report`]) and returns the new
+    /// warnings (a socket the environment names that was not bound).
+    pub fn settle(&mut self, report: SetupReport) -> Vec<String> {
+        let Some(sandbox) = &mut self.sandbox else {
+            return Vec::new();
+        };
+        sandbox.settle(report);
+        let known = self.status.tmp.notes.len();
+        self.status.tmp = sandbox.status().tmp.clone();
+        let new: Vec<String> =
+            self.status.tmp.notes[known.min(self.status.tmp.notes.len())..].to_vec();
+        self.status.warnings.extend(new.iter().cloned());
+        new
+    }
+
+    /// This policy with `sandbox` (its private directories' status taken from it).
+    fn with_sandbox(&self, sandbox: Option<Sandbox>) -> Protection {
+        let mut status = self.status.clone();
+        if let Some(sandbox) = &sandbox {
+            status.tmp = sandbox.status().tmp.clone();
+        }
+        Protection {
+            status,
+            sandbox,
+            nested: self.nested.clone(),
+        }
     }
 }
 
 /// The variable the CLI reads its state dir (namespace) from.
 pub const STATE_DIR_VAR: &str = "CLEANROOM_STATE_DIR";
-/// The namespace of nested runs under `strict`, relative to the run's root.
+/// The namespace of nested runs under `home` and `strict`, relative to the run's root.
 pub const NESTED_NAMESPACE: &str = "nested";
 
 /// An engine error, reworded when the caller required enforcement.
@@ -508,7 +719,9 @@ fn status_of(
         writable: Vec::new(),
         policy: Vec::new(),
         no_new_entries_in: Vec::new(),
-        dev_shm: DevShm::Host,
+        dev_shm: Isolation::Host,
+        tmp: TmpStatus::with(Isolation::Host),
+        ipc: Isolation::Host,
         mount_namespace: None,
         net: request.net,
         net_isolation: None,
@@ -537,6 +750,8 @@ fn status_of(
             status.writable = paths(Access::Write);
         }
         status.dev_shm = s.dev_shm.clone();
+        status.tmp = s.tmp.clone();
+        status.ipc = s.ipc.clone();
         status.mount_namespace.clone_from(&s.mount_namespace);
         status.net_isolation.clone_from(&s.net_isolation);
         status.fresh_sysfs = s.fresh_sysfs;
@@ -556,14 +771,31 @@ fn status_of(
             ),
         );
     }
-    if let DevShm::HostFallback { reason } = &status.dev_shm {
-        warnings.push(format!(
-            "the run shares the /dev/shm cleanroom was started with ({reason}); files the command leaves there \
-             are not removed"
-        ));
-    }
+    warnings.extend(scratch_warning(&status));
+    warnings.extend(status.tmp.notes.iter().cloned());
     status.warnings = warnings;
     status
+}
+
+/// One warning naming every private part of the run that stays what cleanroom was started with
+/// (`/dev/shm`, `/tmp` and `/var/tmp`, the IPC namespace), with the first reason.
+fn scratch_warning(status: &ProtectionStatus) -> Option<String> {
+    let fallbacks = [
+        ("/dev/shm", status.dev_shm.fallback_reason()),
+        ("/tmp and /var/tmp", status.tmp.isolation.fallback_reason()),
+        ("the IPC namespace", status.ipc.fallback_reason()),
+    ];
+    let shared: Vec<(&str, &str)> = fallbacks
+        .iter()
+        .filter_map(|(what, reason)| Some((*what, (*reason)?)))
+        .collect();
+    let (_, reason) = shared.first()?;
+    let names: Vec<&str> = shared.iter().map(|(what, _)| *what).collect();
+    Some(format!(
+        "the run shares {} cleanroom was started with ({reason}); what the command leaves there \
+         is not removed",
+        names.join(", ")
+    ))
 }
 
 /// The Landlock ABI to use, or why there is none (including the test-only switches).

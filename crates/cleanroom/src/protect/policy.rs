@@ -59,21 +59,29 @@
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::AtomicI32;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::aliases;
+use super::binds::HostPaths;
 use super::compile::{self, CanonicalRule, MountKind};
-use super::linux::child::{ChildPlan, LandlockPlan, MountStep, Steps};
+use super::linux::child::{ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps};
+use super::linux::report::{self, Outcome};
 use super::linux::Rights;
 pub use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
+use super::scratch::{self, DirPlan};
+pub use super::scratch::{Isolation, PrivateDir, PrivateTmp, TmpMechanism, TmpStatus};
+use super::view::View;
 use super::{linux, Enforcement};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The network a sandboxed process sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -110,9 +118,22 @@ pub struct Policy {
     /// with the child's last process. Best effort: where no mount namespace can be made, the
     /// host's `/dev/shm` stays, governed by the rules, and the status says why.
     pub private_dev_shm: bool,
+    /// Give the child its own `/tmp` and `/var/tmp`, writable whatever the rules say, backed by
+    /// directories made in [`PrivateTmp::backing`] (see [`PrivateTmp`]); every command the
+    /// sandbox is installed on shares them. Paths of the rules beneath them stay the host's.
+    /// Best effort as `private_dev_shm`.
+    pub private_tmp: Option<PrivateTmp>,
+    /// Give the child its own IPC namespace (System V objects, POSIX message queues, with the
+    /// mqueue filesystem on `/dev/mqueue` where the host has that directory), gone with its last
+    /// process. Best effort as `private_dev_shm`.
+    pub private_ipc: bool,
     /// Run with what the kernel can enforce (reported in the status) instead of failing when
     /// Landlock is missing or too old to enforce the rules fully.
     pub best_effort: bool,
+    /// Where the rules' paths are looked up when the policy is compiled (canonicalized, listed
+    /// for the cover, opened for Landlock): the caller's own mount namespace by default, or an
+    /// established sandbox's ([`Sandbox::view`]) for a thread or a process that works in it.
+    pub view: View,
 }
 
 impl Default for Policy {
@@ -130,7 +151,10 @@ impl Policy {
             network: Network::Host,
             narrowing: Narrowing::Mount,
             private_dev_shm: false,
+            private_tmp: None,
+            private_ipc: false,
             best_effort: false,
+            view: View::own(),
         }
     }
 
@@ -159,21 +183,6 @@ impl Policy {
     }
 }
 
-/// Whose `/dev/shm` the child sees.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum DevShm {
-    /// The host's (not asked for).
-    Host,
-    /// A fresh tmpfs that dies with the child's last process.
-    Private,
-    /// The host's, although a private one was asked for.
-    HostFallback {
-        /// Why no private one could be made.
-        reason: String,
-    },
-}
-
 /// What a compiled sandbox applies.
 #[derive(Clone, Debug, Serialize)]
 pub struct SandboxStatus {
@@ -195,7 +204,11 @@ pub struct SandboxStatus {
     /// namespace"` for an ordinary user).
     pub mount_namespace: Option<String>,
     /// Whose `/dev/shm` the child sees.
-    pub dev_shm: DevShm,
+    pub dev_shm: Isolation,
+    /// Whose `/tmp` and `/var/tmp` the child sees, and what of the host's stays inside them.
+    pub tmp: TmpStatus,
+    /// Whose IPC namespace the child is in.
+    pub ipc: Isolation,
     /// The network.
     pub network: Network,
     /// How the network is isolated (`"network namespace"` or `"user and network namespace"`).
@@ -207,12 +220,15 @@ pub struct SandboxStatus {
     pub dropped_capabilities: Vec<String>,
 }
 
-/// A compiled policy, ready to be applied to any number of commands.
-#[derive(Debug)]
+/// A compiled policy, ready to be applied to any number of commands (a clone shares its plan).
+#[derive(Clone, Debug)]
 pub struct Sandbox {
     status: SandboxStatus,
     /// Shared with every hook, so the descriptors it holds stay open as long as one may run.
     plan: Steps,
+    /// The host paths beneath the private directories that a child joining shared namespaces
+    /// binds for itself (see [`super::binds`]): the users' paths of the policy there.
+    host_paths: HostPaths,
 }
 
 impl Sandbox {
@@ -224,10 +240,14 @@ impl Sandbox {
     /// module docs), including `Network::Loopback` where no network namespace can be made;
     /// [`Error::Io`] when a rule's path cannot be opened.
     pub fn compile(policy: &Policy) -> Result<Sandbox> {
-        let mut rules = compile::canonical_rules(&policy.rules)?;
+        let view = &policy.view;
+        let mut rules = compile::canonical_rules(&policy.rules, view)?;
+        aliases::add_aliases(&mut rules, view, &[]);
         let isolate_net = policy.network == Network::Loopback;
         let mount_ns = mount_namespace(policy, compile::has_narrowing(&rules))?;
         let private_shm = policy.private_dev_shm && mount_ns.is_ok();
+        let tmp = TmpDecision::make(policy, &mount_ns, &mut rules);
+        let dev_mqueue = policy.private_ipc && mount_ns.is_ok() && is_real_dir(Path::new(MQUEUE));
         let dev_shm = Path::new("/dev/shm");
         let mut in_dev_shm = match private_shm {
             true => compile::split_beneath(&mut rules, dev_shm),
@@ -245,15 +265,33 @@ impl Sandbox {
                     })
                 }
             };
-        compile::add_default_rules(&mut rules, private_shm)?;
+        let mut fresh: Vec<(&Path, &str)> = Vec::new();
+        if private_shm {
+            fresh.push((dev_shm, "private /dev/shm (a tmpfs of this run)"));
+        }
+        fresh.extend(tmp.dirs().map(|dir| (dir, "private directory of this run")));
+        if dev_mqueue {
+            fresh.push((
+                Path::new(MQUEUE),
+                "the mqueue filesystem of the run's IPC namespace",
+            ));
+        }
+        compile::add_default_rules(&mut rules, &fresh, view)?;
 
         let mut builder = Builder::new(policy.network, mount_ns.is_ok());
+        let fresh: Vec<&Path> = fresh.iter().map(|(path, _)| *path).collect();
         match super::landlock_support() {
-            Ok(abi) => builder.landlock(policy, abi, rules, use_mounts)?,
+            Ok(abi) => builder.landlock(policy, abi, rules, use_mounts, &fresh)?,
             Err(reason) => builder.without_landlock(policy, reason, rules)?,
         }
         if policy.private_dev_shm {
             builder.dev_shm(mount_ns.as_ref().err(), in_dev_shm, &shared)?;
+        }
+        if let Some(request) = &policy.private_tmp {
+            builder.private_tmp(request, tmp)?;
+        }
+        if policy.private_ipc {
+            builder.ipc(mount_ns.as_ref().err(), dev_mqueue)?;
         }
         if isolate_net && mount_ns.is_ok() {
             builder.fresh_sysfs()?;
@@ -304,68 +342,233 @@ impl Sandbox {
     /// namespaces made by another. Call it before anything in the process reaps children with
     /// `waitpid(-1)`: a holder process is forked and reaped here.
     ///
-    /// Errors: [`Error::Unsupported`] for a policy whose narrowings are read-only or hidden
-    /// mounts (made once, a mount would stay on whatever the path was then, not on what the
-    /// host puts there later); [`Error::Sys`] when the namespaces cannot be set up or opened.
+    /// Paths beneath the private `/tmp` and `/var/tmp` that are the users' (a working directory,
+    /// `--share-tmp`) are not bound once: each child binds them for itself, from the host's
+    /// tree as it is when the child starts (so a directory the host replaces meanwhile is
+    /// followed), and so do children that work in, or may write, other host paths there
+    /// ([`Sandbox::binding`], [`Sandbox::within`]). Those binds are copied out of copies of the
+    /// host's trees the holder took before mounting over them, which Linux allows from 6.15.
+    ///
+    /// Errors: [`Error::Unsupported`] for a policy whose narrowings of the host's paths are
+    /// read-only or hidden mounts (made once, a mount would stay on whatever the path was then,
+    /// not on what the host puts there later), and for a private `/tmp` on a kernel whose
+    /// children cannot bind host paths into it (before Linux 6.15); [`Error::Sys`] when the
+    /// namespaces cannot be set up or opened.
     pub fn established(&self) -> Result<Sandbox> {
-        let plan = match &self.plan {
-            Steps::Own(plan) if plan.protective_mounts => {
+        let own = match &self.plan {
+            Steps::Own(plan) if plan.narrows_host => {
                 return Err(Error::Unsupported {
                     what: "an established sandbox with paths narrowed by mounts",
                     reason: "mounts made once would not follow a path the host replaces later"
                         .into(),
                 })
             }
-            Steps::Own(plan) => {
-                Steps::Join(Arc::new(linux::shared::establish(plan).map_err(|e| {
-                    Error::sys("set up the sandbox's shared namespaces and ruleset", e)
-                })?))
-            }
-            Steps::Join(_) | Steps::Within { .. } => self.plan.clone(),
+            Steps::Own(plan) => plan,
+            Steps::Join(_) | Steps::Within { .. } => return Ok(self.clone()),
         };
-        Ok(self.with_plan(plan))
+        let established = linux::shared::establish(own)
+            .map_err(|e| Error::sys("set up the sandbox's shared namespaces and ruleset", e))?;
+        if let (Some(err), false) = (&established.no_host_copies, self.host_paths.dirs.is_empty()) {
+            return Err(Error::Unsupported {
+                what: "a private /tmp shared by processes that bind host paths into it",
+                reason: format!(
+                    "the kernel refused a copy of the host's tree made in the shared namespaces                      (Linux 6.15 allows it): {err}"
+                ),
+            });
+        }
+        let mut status = self.status.clone();
+        settle(&mut status, &self.plan, &established.outcomes);
+        let outer = Arc::new(established.plan);
+        let plan = match self.host_paths.child_plan()? {
+            Some(binds) => Steps::Within {
+                outer,
+                binds: Some(Arc::new(binds)),
+                inner: None,
+            },
+            None => Steps::Join(outer),
+        };
+        Ok(Sandbox::new(status, plan, self.host_paths.clone()))
     }
 
-    /// This sandbox inside `outer`, an established sandbox ([`Sandbox::established`]): its
-    /// hook joins `outer`'s namespaces, then sets up this sandbox's own within them and
-    /// restricts itself with this sandbox's rules alone (intersect the policies first when
+    /// This established sandbox ([`Sandbox::established`]) for a child that also binds `paths`
+    /// (host paths with the access its policy gives them: its working directory and project)
+    /// where they lie beneath the private `/tmp` or `/var/tmp`; `None` when that changes
+    /// nothing (no such path, or the sandbox is not established).
+    pub fn binding(
+        &self,
+        paths: impl IntoIterator<Item = (PathBuf, Access)>,
+    ) -> Result<Option<Sandbox>> {
+        let outer = match &self.plan {
+            Steps::Join(outer)
+            | Steps::Within {
+                outer, inner: None, ..
+            } => outer,
+            _ => return Ok(None),
+        };
+        let added: Vec<(PathBuf, Access)> = paths
+            .into_iter()
+            .filter(|(path, access)| {
+                self.host_paths.wants(path)
+                    && !self.host_paths.rules.contains(&(path.clone(), *access))
+            })
+            .collect();
+        if added.is_empty() {
+            return Ok(None);
+        }
+        let host_paths = self.host_paths.with(added);
+        let plan = Steps::Within {
+            outer: Arc::clone(outer),
+            binds: host_paths.child_plan()?.map(Arc::new),
+            inner: None,
+        };
+        Ok(Some(Sandbox::new(self.status.clone(), plan, host_paths)))
+    }
+
+    /// This sandbox inside `outer`, an established sandbox ([`Sandbox::established`], perhaps
+    /// [`Sandbox::binding`] paths): its hook joins `outer`'s namespaces, binds `outer`'s host
+    /// paths and this sandbox's writable ones beneath the private directories (each at no more
+    /// than this sandbox's rules give it), then sets up this sandbox's own mounts within them
+    /// and restricts itself with this sandbox's rules alone (intersect the policies first when
     /// `outer`'s must hold too). The process belongs to `outer`'s cleanroom: it sees its
     /// private `/dev/shm`, not the host's. Anything else for `outer` returns this sandbox
     /// unchanged.
     pub fn within(&self, outer: &Sandbox) -> Sandbox {
-        match (&self.plan, &outer.plan) {
-            (Steps::Own(inner), Steps::Join(outer)) => self.with_plan(Steps::Within {
-                outer: Arc::clone(outer),
-                inner: Arc::clone(inner),
-            }),
-            _ => self.with_plan(self.plan.clone()),
+        let (inner, joined) = match (&self.plan, &outer.plan) {
+            (Steps::Own(inner), Steps::Join(joined))
+            | (
+                Steps::Own(inner),
+                Steps::Within {
+                    outer: joined,
+                    inner: None,
+                    ..
+                },
+            ) => (inner, joined),
+            _ => return self.clone(),
+        };
+        let writable = self
+            .status
+            .rules
+            .iter()
+            .filter(|r| r.access == Access::Write && r.enforced_by != EnforcedBy::Absent)
+            .map(|r| (r.path.clone(), r.access));
+        let host_paths = outer
+            .host_paths
+            .with(writable)
+            .capped(|path| self.access(path));
+        let binds = host_paths.child_plan().unwrap_or_else(|e| {
+            tracing::warn!("the host paths of a process are not bound: {e}");
+            None
+        });
+        let plan = Steps::Within {
+            outer: Arc::clone(joined),
+            binds: binds.map(Arc::new),
+            inner: Some(Arc::clone(inner)),
+        };
+        Sandbox::new(self.status.clone(), plan, host_paths)
+    }
+
+    /// What a child applies to show, in its own mount namespace ([`super::view::send_own`]),
+    /// the tree a process of `inner` (`None`: one under this sandbox alone) sees inside this
+    /// established sandbox: it joins its namespaces and binds the host paths such a process
+    /// binds beneath the private `/tmp` and `/var/tmp` (this sandbox's users' paths, and
+    /// `inner`'s writable roots at the access `inner` gives them: [`Sandbox::within`]), and is
+    /// restricted by this sandbox's rules, not `inner`'s. `None` when such a process binds
+    /// nothing: [`Sandbox::view`] shows what it sees.
+    pub fn binder(&self, inner: Option<&Sandbox>) -> Option<Sandbox> {
+        let seen = inner.map_or_else(|| self.clone(), |inner| inner.within(self));
+        let Steps::Within {
+            outer,
+            binds: Some(binds),
+            ..
+        } = &seen.plan
+        else {
+            return None;
+        };
+        let plan = Steps::Within {
+            outer: Arc::clone(outer),
+            binds: Some(Arc::clone(binds)),
+            inner: None,
+        };
+        Some(Sandbox::new(self.status.clone(), plan, seen.host_paths))
+    }
+
+    /// The access this sandbox's rules give `path` (canonical).
+    fn access(&self, path: &Path) -> Access {
+        let rules = self
+            .status
+            .rules
+            .iter()
+            .filter(|r| r.enforced_by != EnforcedBy::Absent);
+        compile::effective_access(rules.map(|r| (r.path.as_path(), r.access)), path)
+    }
+
+    /// The mount namespace this sandbox's commands work in, as a [`View`]: an established
+    /// sandbox's own (its private `/dev/shm`, `/tmp` and `/var/tmp`), seen through its root
+    /// directory; the caller's own for any other. Compile a policy in it ([`Policy::view`]) and
+    /// resolve paths through it to see what the commands see.
+    pub fn view(&self) -> View {
+        match &self.plan {
+            Steps::Join(plan) | Steps::Within { outer: plan, .. } => plan.view.clone(),
+            Steps::Own(_) => View::own(),
         }
     }
 
     /// Whether this sandbox is established with a private `/dev/shm` its commands share.
     pub fn shares_dev_shm(&self) -> bool {
-        matches!(&self.plan, Steps::Join(plan) if plan.joins(libc::CLONE_NEWNS))
-            && self.status.dev_shm == DevShm::Private
+        let joined = match &self.plan {
+            Steps::Join(outer) | Steps::Within { outer, .. } => outer.joins(libc::CLONE_NEWNS),
+            Steps::Own(_) => false,
+        };
+        joined && self.status.dev_shm == Isolation::Private
     }
 
-    /// This sandbox's status with `plan`.
-    fn with_plan(&self, plan: Steps) -> Sandbox {
-        Sandbox::new(self.status.clone(), plan)
+    /// What went wrong, when `err` is the error of a spawn whose child failed while it set this
+    /// sandbox up: the step, with its path, and the system's answer.
+    pub fn explain(&self, err: &io::Error) -> Option<String> {
+        self.plan.explain(err)
+    }
+
+    /// Arms a report of the next spawn's best-effort steps (the sockets and host mounts it
+    /// could not bind), to be read with [`SetupReport::read`] once the spawn returned. For a
+    /// sandbox that sets up namespaces of its own and is spawned once at a time (a run).
+    pub fn arm_report(&self) -> Result<Option<SetupReport>> {
+        let Steps::Own(plan) = &self.plan else {
+            return Ok(None);
+        };
+        if !plan.mount_ns {
+            return Ok(None);
+        }
+        let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
+        let (read, write) = rustix::pipe::pipe_with(flags)
+            .map_err(|e| Error::sys("make the set-up report pipe", e))?;
+        plan.report
+            .store(std::os::fd::AsRawFd::as_raw_fd(&write), Ordering::Relaxed);
+        Ok(Some(SetupReport {
+            read,
+            write: Some(write),
+            plan: Arc::clone(plan),
+        }))
+    }
+
+    /// Takes in what the child reported of its best-effort steps ([`Sandbox::arm_report`]).
+    pub fn settle(&mut self, report: SetupReport) {
+        let outcomes = report.read();
+        settle(&mut self.status, &self.plan, &outcomes);
     }
 
     /// A sandbox of `status` and `plan`; the status reports the capabilities the plan drops
     /// (the one place they are derived).
-    fn new(mut status: SandboxStatus, plan: Steps) -> Sandbox {
+    fn new(mut status: SandboxStatus, plan: Steps, host_paths: HostPaths) -> Sandbox {
         let drops = plan.drops();
-        status.dropped_capabilities = [
-            (drops.net_admin, "CAP_NET_ADMIN"),
-            (drops.sys_admin, "CAP_SYS_ADMIN"),
-        ]
-        .into_iter()
-        .filter(|(dropped, _)| *dropped)
-        .map(|(_, name)| name.to_string())
-        .collect();
-        Sandbox { status, plan }
+        status.dropped_capabilities = drops
+            .capabilities()
+            .map(|(_, name)| name.to_string())
+            .collect();
+        Sandbox {
+            status,
+            plan,
+            host_paths,
+        }
     }
 }
 
@@ -377,8 +580,19 @@ struct Builder {
     slots: usize,
     mount_ns: bool,
     net_ns: bool,
-    /// Whether a mount carries protection (read-only or hidden), so `CAP_SYS_ADMIN` goes.
+    ipc_ns: bool,
+    /// Whether a mount carries protection (read-only, hidden, or a private directory over the
+    /// host's), so `CAP_SYS_ADMIN` goes.
     protective_mounts: bool,
+    /// Whether a mount narrows a host path outside the private directories.
+    narrows_host: bool,
+    /// Mount points of fresh mounts (private directories, a fresh sysfs): their Landlock rules
+    /// are opened after mounting.
+    fresh: Vec<PathBuf>,
+    /// The descriptor slot of a detached mqueue mount, which gets a write rule by descriptor.
+    mqueue_slot: Option<usize>,
+    /// The users' paths beneath the private directories, for shared namespaces.
+    host_paths: HostPaths,
     /// Landlock: the masks and the grants, opened; `None` when nothing is restricted.
     landlock: Option<(Rights, Vec<OpenGrant>)>,
 }
@@ -411,7 +625,9 @@ impl Builder {
                 rules: Vec::new(),
                 no_new_entries_in: Vec::new(),
                 mount_namespace: mount_ns_available.then(|| how("mount")),
-                dev_shm: DevShm::Host,
+                dev_shm: Isolation::Host,
+                tmp: TmpStatus::with(Isolation::Host),
+                ipc: Isolation::Host,
                 network,
                 net_isolation: isolate_net.then(|| how("network")),
                 fresh_sysfs: false,
@@ -422,7 +638,12 @@ impl Builder {
             slots: 0,
             mount_ns: false,
             net_ns: isolate_net,
+            ipc_ns: false,
             protective_mounts: false,
+            narrows_host: false,
+            fresh: Vec::new(),
+            mqueue_slot: None,
+            host_paths: HostPaths::default(),
             landlock: None,
         }
     }
@@ -455,6 +676,7 @@ impl Builder {
         abi: u32,
         rules: Vec<CanonicalRule>,
         use_mounts: bool,
+        fresh: &[&Path],
     ) -> Result<()> {
         let (enforcement, reason) = super::enforcement_for_abi(abi);
         if enforcement != Enforcement::Full {
@@ -474,10 +696,10 @@ impl Builder {
                 .collect();
             return Ok(());
         }
-        let compiled = compile::compile(&rules, use_mounts)?;
+        let compiled = compile::compile(&rules, use_mounts, &policy.view, fresh)?;
         let mut grants = Vec::with_capacity(compiled.grants.len());
         for (path, access) in &compiled.grants {
-            if let Some(grant) = linux::open_for_rule(path)? {
+            if let Some(grant) = linux::open_for_rule(&policy.view, path)? {
                 grants.push(OpenGrant {
                     path: path.clone(),
                     grant,
@@ -493,9 +715,10 @@ impl Builder {
         self.status
             .no_new_entries_in
             .clone_from(&compiled.no_new_entries_in);
-        let steps = self.mount_steps(&compiled)?;
+        let steps = self.mount_steps(&compiled, &|_| false)?;
         if !steps.is_empty() {
             self.mount_ns = true;
+            self.narrows_host = true;
         }
         self.steps.extend(steps);
         self.status.rules = rules
@@ -508,14 +731,24 @@ impl Builder {
         Ok(())
     }
 
-    /// Takes a copy of the tree at `path` before any step changes it; returns its slot.
+    /// Takes a copy of the tree at `path` (still the file it is now) before any step changes
+    /// it; returns its slot.
     fn keep(&mut self, path: &Path) -> Result<usize> {
+        self.keep_as(path, Kept::Own)
+    }
+
+    /// [`Builder::keep`] for a kept path of `kind`: a host mount's is best effort, a user's is
+    /// skipped by a holder of shared namespaces.
+    fn keep_as(&mut self, path: &Path, kind: Kept) -> Result<usize> {
         let slot = self.slots;
         self.slots += 1;
-        self.keeps.push(MountStep::Keep {
+        let step = MountStep::Keep {
             path: c_path(path)?,
             slot,
-        });
+            identity: identity_of(path),
+            best_effort: kind == Kept::Mount,
+        };
+        self.keeps.push(kind.wrap(step));
         Ok(slot)
     }
 
@@ -531,7 +764,7 @@ impl Builder {
         shared: &[(PathBuf, bool)],
     ) -> Result<()> {
         if let Some(reason) = unavailable {
-            self.status.dev_shm = DevShm::HostFallback {
+            self.status.dev_shm = Isolation::HostFallback {
                 reason: reason.clone(),
             };
             return Ok(());
@@ -553,34 +786,190 @@ impl Builder {
             steps.push(MountStep::Expose { path: point, slot });
         }
         let compiled = compile::compile_private(&beneath, Path::new("/dev/shm"))?;
-        steps.extend(self.mount_steps(&compiled)?);
-        self.status.rules.extend(beneath.into_iter().map(|r| {
-            let by = compiled.enforced_by(&r);
-            r.applied(by)
-        }));
-        self.status.rules.sort_by(|a, b| a.path.cmp(&b.path));
+        steps.extend(self.mount_steps(&compiled, &|_| false)?);
+        self.applied_beneath(&compiled, beneath);
         self.mount_ns = true;
-        self.status.dev_shm = DevShm::Private;
+        self.protective_mounts = true;
+        self.fresh.push(PathBuf::from("/dev/shm"));
+        self.status.dev_shm = Isolation::Private;
         // First, so the policy's own mounts still apply inside what was put back.
         self.steps.splice(0..0, steps);
         Ok(())
     }
 
-    /// The child's steps for `compiled`'s mounts; marks the mounts protective when they
-    /// narrow anything.
-    fn mount_steps(&mut self, compiled: &compile::Compiled) -> Result<Vec<MountStep>> {
+    /// A private `/tmp` and `/var/tmp` as `decision` planned them (see [`scratch`]): for each
+    /// directory its backing directories made, the host paths it keeps taken before anything is
+    /// mounted, then the overlay (or bind), the kept paths put back, the rules beneath enforced
+    /// by mounts, and the sockets that listen there bound read-only. Kept paths that are users'
+    /// (not cleanroom's own, not a host mount with nothing of the policy inside) are marked, so
+    /// that shared namespaces leave them to each child ([`Sandbox::established`]), and recorded
+    /// in [`Builder::host_paths`] with the rules beneath them.
+    fn private_tmp(&mut self, request: &PrivateTmp, decision: TmpDecision) -> Result<()> {
+        let planned = match decision.outcome {
+            Err(reason) => {
+                self.status.tmp = TmpStatus::with(Isolation::HostFallback { reason });
+                self.status.tmp.notes = decision.notes;
+                return Ok(());
+            }
+            Ok(planned) => planned,
+        };
+        let mut status = TmpStatus::with(Isolation::Private);
+        status.notes = decision.notes;
+        let mut steps = Vec::new();
+        for (plan, beneath) in planned {
+            scratch::create_backing(&plan)?;
+            let kept = compile::maximal_existing(&beneath);
+            let mut exposes = Vec::with_capacity(kept.len());
+            let mut users = Vec::new();
+            for path in &kept {
+                let kind = Kept::of(path, request, &plan.submounts, &beneath);
+                let slot = self.keep_as(path, kind)?;
+                exposes.push(kind.wrap(MountStep::Expose {
+                    path: c_path(path)?,
+                    slot,
+                }));
+                match kind {
+                    Kept::User => users.push(path.clone()),
+                    Kept::Own => self.host_paths.kept.push(path.clone()),
+                    Kept::Mount => {}
+                }
+            }
+            let beneath_user = |p: &Path| users.iter().any(|u| p.starts_with(u));
+            self.host_paths.rules.extend(
+                beneath
+                    .iter()
+                    .filter(|r| r.dir.is_some() && beneath_user(&r.path))
+                    .map(|r| (r.path.clone(), r.access)),
+            );
+            steps.push(self.private_dir_mount(&plan)?);
+            steps.extend(exposes);
+            let compiled = compile::compile_private(&beneath, &plan.path)?;
+            steps.extend(self.mount_steps(&compiled, &beneath_user)?);
+            self.applied_beneath(&compiled, beneath);
+            status.shared.extend(kept);
+            self.host_paths.dirs.push(plan.path.clone());
+            status.dirs.push(PrivateDir {
+                mechanism: match plan.work {
+                    Some(_) => TmpMechanism::Overlay,
+                    None => TmpMechanism::Bind,
+                },
+                premade: plan
+                    .writable_foreign
+                    .iter()
+                    .map(|(n, _)| n.clone())
+                    .collect(),
+                path: plan.path,
+                backing: plan.backing,
+            });
+        }
+        let dirs: Vec<PathBuf> = status.dirs.iter().map(|d| d.path.clone()).collect();
+        let sockets = scratch::sockets(&dirs, &request.sockets, &status.shared);
+        for (socket, identity) in &sockets.bound {
+            let slot = self.slots;
+            self.slots += 1;
+            let path = c_path(socket)?;
+            self.keeps.push(MountStep::KeepSocket {
+                path: path.clone(),
+                slot,
+                identity: *identity,
+            });
+            steps.push(MountStep::ExposeSocket { path, slot });
+        }
+        status.take_sockets(sockets, &request.sockets);
+        status.dirs.sort_by(|a, b| a.path.cmp(&b.path));
+        status.shared.sort();
+        self.fresh.extend(dirs);
+        self.mount_ns = true;
+        self.protective_mounts = true;
+        self.status.tmp = status;
+        // First, so the policy's own mounts still apply inside what was put back.
+        self.steps.splice(0..0, steps);
+        Ok(())
+    }
+
+    /// The mount of one private directory: an overlay of the host's, or a bind of an empty
+    /// directory of the root.
+    fn private_dir_mount(&self, plan: &DirPlan) -> Result<MountStep> {
+        let target = c_path(&plan.path)?;
+        Ok(match &plan.work {
+            Some(work) => MountStep::Overlay {
+                target,
+                data: CString::new(scratch::overlay_options(plan, work)).map_err(|_| {
+                    Error::Invalid(format!("{} contains a NUL byte", plan.backing.display()))
+                })?,
+            },
+            None => MountStep::Bind {
+                source: c_path(&plan.backing)?,
+                target,
+            },
+        })
+    }
+
+    /// A private IPC namespace (when `unavailable` is `None`) with its mqueue filesystem
+    /// mounted, writable (Landlock governs `mq_open`'s opens too): on `/dev/mqueue` where the
+    /// host has that directory (`dev_mqueue`, its rule by path), else detached (its rule by
+    /// descriptor; a sandbox set up once for many children then has no rule for it, so there
+    /// `mq_open` is refused where Landlock handles writes).
+    fn ipc(&mut self, unavailable: Option<&String>, dev_mqueue: bool) -> Result<()> {
+        if let Some(reason) = unavailable {
+            self.status.ipc = Isolation::HostFallback {
+                reason: reason.clone(),
+            };
+            return Ok(());
+        }
+        self.ipc_ns = true;
+        self.mount_ns = true;
+        self.status.ipc = Isolation::Private;
+        let slot = self.slots;
+        self.slots += 1;
+        let path = match dev_mqueue {
+            true => {
+                self.protective_mounts = true;
+                self.fresh.push(PathBuf::from(MQUEUE));
+                Some(c_path(Path::new(MQUEUE))?)
+            }
+            false => {
+                self.mqueue_slot = Some(slot);
+                None
+            }
+        };
+        self.steps.insert(0, MountStep::Mqueue { path, slot });
+        Ok(())
+    }
+
+    /// Records the rules beneath a private directory as `compiled` enforces them.
+    fn applied_beneath(&mut self, compiled: &compile::Compiled, beneath: Vec<CanonicalRule>) {
+        self.status.rules.extend(beneath.into_iter().map(|r| {
+            let by = compiled.enforced_by(&r);
+            r.applied(by)
+        }));
+        self.status.rules.sort_by(|a, b| a.path.cmp(&b.path));
+    }
+
+    /// The child's steps for `compiled`'s mounts (those on paths `users` says are beneath a
+    /// user's kept path marked as such); marks the mounts protective when they narrow
+    /// anything.
+    fn mount_steps(
+        &mut self,
+        compiled: &compile::Compiled,
+        users: &dyn Fn(&Path) -> bool,
+    ) -> Result<Vec<MountStep>> {
         let mut steps = Vec::with_capacity(compiled.mounts.len());
         for mount in &compiled.mounts {
             let path = c_path(&mount.path)?;
-            steps.push(match mount.kind {
+            let kind = match users(&mount.path) {
+                true => Kept::User,
+                false => Kept::Own,
+            };
+            let step = match mount.kind {
                 MountKind::ReadOnly => MountStep::ReadOnly { path },
-                MountKind::HideDir => MountStep::HideDir { path },
-                MountKind::HideFile => MountStep::HideFile { path },
+                MountKind::HideDir | MountKind::HideFile => MountStep::Hide { path },
                 MountKind::Expose => {
-                    let slot = self.keep(&mount.path)?;
+                    let slot = self.keep_as(&mount.path, kind)?;
                     MountStep::Expose { path, slot }
                 }
-            });
+            };
+            steps.push(kind.wrap(step));
             self.protective_mounts |= mount.kind != MountKind::Expose;
         }
         Ok(steps)
@@ -594,6 +983,7 @@ impl Builder {
             submounts.push((c_path(&path)?, slot));
         }
         self.mount_ns = true;
+        self.fresh.push(PathBuf::from("/sys"));
         self.status.fresh_sysfs = true;
         self.steps.insert(0, MountStep::FreshSysfs { submounts });
         Ok(())
@@ -605,27 +995,29 @@ impl Builder {
         if !self.mount_ns {
             self.status.mount_namespace = None;
         }
-        let fresh: Vec<&Path> = [
-            (self.status.dev_shm == DevShm::Private).then_some(Path::new("/dev/shm")),
-            self.status.fresh_sysfs.then_some(Path::new("/sys")),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let fresh = std::mem::take(&mut self.fresh);
         let landlock = match self.landlock.take() {
             Some((rights, grants)) => {
                 let mut plan = LandlockPlan {
                     handled: rights.handled,
                     rules: Vec::new(),
                     late_rules: Vec::new(),
+                    slot_rules: Vec::new(),
                 };
+                if let Some(slot) = self.mqueue_slot {
+                    plan.slot_rules.push((slot, rights.of(Access::Write, true)));
+                }
                 for g in grants {
                     let bits = rights.of(g.access, g.grant.dir);
-                    if fresh.contains(&g.path.as_path()) {
+                    if fresh.contains(&g.path) {
                         // A fresh mount's root is a new inode: the child opens it after mounting.
                         plan.late_rules.push((c_path(&g.path)?, bits));
                     } else {
-                        plan.rules.push((g.grant.fd, bits));
+                        plan.rules.push(EarlyRule {
+                            fd: g.grant.fd,
+                            rights: bits,
+                            path: c_path(&g.path)?,
+                        });
                     }
                 }
                 Some(plan)
@@ -635,13 +1027,183 @@ impl Builder {
         let plan = ChildPlan {
             mount_ns: self.mount_ns,
             net_ns: self.net_ns,
+            ipc_ns: self.ipc_ns,
             steps,
             slots: (0..self.slots).map(|_| AtomicI32::new(-1)).collect(),
             protective_mounts: self.protective_mounts,
+            narrows_host: self.narrows_host,
+            private_dirs: fresh.iter().map(|p| c_path(p)).collect::<Result<_>>()?,
+            host_dirs: (self.host_paths.dirs.iter())
+                .map(|p| c_path(p))
+                .collect::<Result<_>>()?,
             landlock,
+            report: AtomicI32::new(-1),
         };
         tracing::debug!(?plan, "sandbox compiled");
-        Ok(Sandbox::new(self.status, Steps::Own(Arc::new(plan))))
+        Ok(Sandbox::new(
+            self.status,
+            Steps::Own(Arc::new(plan)),
+            self.host_paths,
+        ))
+    }
+}
+
+/// Where the host's mqueue filesystem is mounted, and where a private IPC namespace's goes.
+const MQUEUE: &str = "/dev/mqueue";
+
+/// Whose a path kept the host's inside a private directory is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kept {
+    /// Cleanroom's own (its namespace, its lock directory): bound once, in shared namespaces
+    /// too.
+    Own,
+    /// A host mount with no path of the policy inside: bound once, best effort.
+    Mount,
+    /// A user's (a working directory, `--share-tmp`): each child of shared namespaces binds it
+    /// itself.
+    User,
+}
+
+impl Kept {
+    /// What the kept path `path` of a private directory is.
+    fn of(
+        path: &Path,
+        request: &PrivateTmp,
+        submounts: &[PathBuf],
+        beneath: &[CanonicalRule],
+    ) -> Kept {
+        let inside = |r: &CanonicalRule| r.path.starts_with(path) && r.path != path;
+        if request.own.iter().any(|(own, _)| path.starts_with(own)) {
+            Kept::Own
+        } else if submounts.iter().any(|m| m == path) && !beneath.iter().any(inside) {
+            Kept::Mount
+        } else {
+            Kept::User
+        }
+    }
+
+    /// `step` marked for what it keeps.
+    fn wrap(self, step: MountStep) -> MountStep {
+        match self {
+            Kept::User => MountStep::UserPath(Box::new(step)),
+            Kept::Own | Kept::Mount => step,
+        }
+    }
+}
+
+/// The device and inode of `path` now (not following a final link), if it can be read.
+fn identity_of(path: &Path) -> Option<Identity> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    Some(Identity {
+        dev: meta.dev(),
+        ino: meta.ino(),
+    })
+}
+
+/// A report pipe armed for one spawn of a sandbox ([`Sandbox::arm_report`]).
+#[derive(Debug)]
+pub struct SetupReport {
+    read: OwnedFd,
+    write: Option<OwnedFd>,
+    plan: Arc<ChildPlan>,
+}
+
+impl SetupReport {
+    /// What the child reported (read once the spawn returned: the child has executed the
+    /// command or failed, so everything it had to say is in the pipe).
+    fn read(mut self) -> Vec<(Outcome, usize)> {
+        self.plan.report.store(-1, Ordering::Relaxed);
+        drop(self.write.take());
+        report::read(&self.read)
+            .map(|r| r.outcomes)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for SetupReport {
+    fn drop(&mut self) {
+        self.plan.report.store(-1, Ordering::Relaxed);
+    }
+}
+
+/// Records in `status` how the best-effort steps of `plan` turned out (`outcomes` count its
+/// steps).
+fn settle(status: &mut SandboxStatus, plan: &Steps, outcomes: &[(Outcome, usize)]) {
+    for &(outcome, index) in outcomes {
+        if let Some(path) = plan.step(index).and_then(MountStep::path) {
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes()));
+            status.tmp.record(outcome, path);
+        }
+    }
+}
+
+/// Whether `path` is a directory, not a symlink to one.
+fn is_real_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// What [`Sandbox::compile`] decided about a private `/tmp` and `/var/tmp`.
+struct TmpDecision {
+    /// Each directory with the rules beneath it (enforced by mounts inside it), or why none
+    /// can be private (empty: not asked for).
+    outcome: std::result::Result<Vec<(DirPlan, Vec<CanonicalRule>)>, String>,
+    /// Directories that stay the host's because a rule names them, and similar notes.
+    notes: Vec<String>,
+}
+
+impl TmpDecision {
+    /// Plans `policy`'s private directories: the rules beneath each move out of `rules` (into
+    /// the directory, with a rule for each host path it keeps: cleanroom's own at the access
+    /// the request gives them, else at the access the rest of the policy gives them; the host's
+    /// mounts there read-only unless a rule names them).
+    fn make(
+        policy: &Policy,
+        mount_ns: &std::result::Result<(), String>,
+        rules: &mut Vec<CanonicalRule>,
+    ) -> TmpDecision {
+        let mut notes = Vec::new();
+        let planned = match (&policy.private_tmp, mount_ns) {
+            (None, _) => Ok(Vec::new()),
+            (Some(_), Err(reason)) => Err(reason.clone()),
+            (Some(request), Ok(())) => scratch::plan(request, rules, &mut notes),
+        };
+        let outcome = planned.map(|plans| {
+            plans
+                .into_iter()
+                .map(|plan| {
+                    let mut beneath = compile::split_beneath(rules, &plan.path);
+                    for (path, access) in &plan.own {
+                        let access = access.unwrap_or_else(|| compile::access_in(rules, path));
+                        let why = "kept from the host: cleanroom's namespace or lock directory";
+                        compile::add_absent(&mut beneath, path, access, why);
+                    }
+                    for path in &plan.shared {
+                        let access = compile::access_in(rules, path);
+                        compile::add_absent(
+                            &mut beneath,
+                            path,
+                            access,
+                            "kept from the host: --share-tmp",
+                        );
+                    }
+                    for path in &plan.submounts {
+                        let access = compile::access_in(rules, path).min(Access::Read);
+                        let why = "a mount of the host's, read-only in the private directory";
+                        compile::add_absent(&mut beneath, path, access, why);
+                    }
+                    (plan, beneath)
+                })
+                .collect()
+        });
+        TmpDecision { outcome, notes }
+    }
+
+    /// The private directories planned.
+    fn dirs(&self) -> impl Iterator<Item = &Path> {
+        self.outcome
+            .iter()
+            .flatten()
+            .map(|(plan, _)| plan.path.as_path())
     }
 }
 
@@ -655,6 +1217,8 @@ fn c_path(path: &Path) -> Result<CString> {
 fn mount_namespace(policy: &Policy, narrowing: bool) -> Result<std::result::Result<(), String>> {
     let isolate_net = policy.network == Network::Loopback;
     let wants = policy.private_dev_shm
+        || policy.private_tmp.is_some()
+        || policy.private_ipc
         || isolate_net
         || (narrowing && policy.narrowing != Narrowing::Cover);
     if !wants {

@@ -62,4 +62,9 @@ pub struct AppliedRule {
     pub reason: String,
     /// How it is enforced.
     pub enforced_by: EnforcedBy,
+    /// For a rule the compiler added at another place that shows a rule's object (a bind
+    /// mount of it, or of a part of it): the rule whose object it shows. A policy built on top
+    /// of this one's rules leaves these out: they follow from its own rules and mounts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias_of: Option<PathBuf>,
 }

@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 
 use super::{Entry, EntryState};
-use crate::marker::{Marker, MarkerProblem, MARKER_FILE, MAX_MARKER_BYTES};
+use crate::marker::{Kept, Marker, MarkerProblem, MARKER_FILE, MAX_MARKER_BYTES};
 use crate::namespace::{self, EntryKind, Namespace};
 use crate::process::{Host, Liveness};
 
@@ -29,6 +29,9 @@ pub(super) struct Judged {
     pub marker: Option<Marker>,
     /// The directory's identity when first seen, to tell whether its name still denotes it.
     pub identity: Option<(u64, u64)>,
+    /// Why the marker's owner is not the root's owner any more, once that is proven: the
+    /// reason a dead owner's root is reclaimed for.
+    owner_gone: String,
 }
 
 impl Judged {
@@ -39,6 +42,7 @@ impl Judged {
             dir: None,
             marker: None,
             identity: None,
+            owner_gone: String::new(),
         }
     }
 
@@ -68,19 +72,71 @@ impl Judged {
         })
     }
 
-    /// The state of a dead owner's entry whose lock this gc now holds.
-    pub fn dead_and_locked(self, include_kept: bool, owner_pid: i32) -> Judged {
-        let keep = self.marker.as_ref().is_some_and(|m| m.keep);
+    /// The state of a dead owner's entry whose lock this gc now holds. A root kept on failure
+    /// stays open and locked: how many newer ones were kept decides ([`Judged::retained`]).
+    pub fn dead_and_locked(self, include_kept: bool) -> Judged {
+        let kept = self.entry.kept;
         if self.kind == EntryKind::Trash {
             // A quarantined root is already half removed, kept or not: finish it.
             self.state(EntryState::Leftover, "removal did not finish")
-        } else if keep && !include_kept {
+        } else if include_kept || kept.is_none() {
+            let reason = self.owner_gone.clone();
+            self.state(EntryState::Stale, reason)
+        } else if let Some(Kept::OnFailure { exit_status, .. }) = kept {
+            self.state(
+                EntryState::Kept,
+                format!("kept on failure (exit status {exit_status})"),
+            )
+        } else {
             self.left(
                 EntryState::Kept,
                 "kept with --keep-root (gc --kept reclaims it)",
             )
+        }
+    }
+
+    /// Whether this is a kept root whose owner is provably dead (its marker is known only then).
+    pub fn is_kept_of_dead_run(&self) -> bool {
+        self.entry.state == EntryState::Kept && self.marker.is_some()
+    }
+
+    /// When this root was created, if it is a root kept on failure whose dead owner's lock this
+    /// gc holds: whether it stays is for [`Judged::retained`] to say.
+    pub fn retention_applies(&self) -> Option<u64> {
+        let open_and_kept = self.entry.state == EntryState::Kept && self.dir.is_some();
+        self.marker
+            .as_ref()
+            .filter(|_| open_and_kept)
+            .map(|m| m.created_unix_ms)
+    }
+
+    /// The verdict on a root kept on failure (see [`Judged::retention_applies`]) when `newer`
+    /// newer roots were kept on failure: stale once they are as many as it waits for.
+    pub fn retained(mut self, newer: usize) -> Judged {
+        let Some(Kept::OnFailure {
+            exit_status,
+            retain,
+        }) = self.entry.kept
+        else {
+            return self;
+        };
+        if newer >= retain as usize {
+            let owner_gone = std::mem::take(&mut self.owner_gone);
+            self.state(
+                EntryState::Stale,
+                format!(
+                    "kept on failure (exit status {exit_status}), until {retain} newer roots \
+                     were kept on failure: {newer} were; {owner_gone}"
+                ),
+            )
         } else {
-            self.state(EntryState::Stale, format!("owner pid {owner_pid} is gone"))
+            self.left(
+                EntryState::Kept,
+                format!(
+                    "kept on failure (exit status {exit_status}): gc reclaims it once {retain} \
+                     newer roots were kept on failure ({newer} so far), gc --kept at once"
+                ),
+            )
         }
     }
 }
@@ -97,10 +153,10 @@ pub(super) fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: boo
     let (kind, id) = namespace::classify(name);
     let judged = Judged::new(Entry::named(name), kind);
     let run_id = match (kind, id) {
+        (EntryKind::Locks, _) => return judged.state(EntryState::Locks, "exclusive-run locks"),
         (EntryKind::Foreign, _) | (_, None) => {
             return judged.state(EntryState::Foreign, "name is not cleanroom's")
         }
-        (EntryKind::Locks, _) => return judged.state(EntryState::Locks, "exclusive-run locks"),
         (_, Some(id)) => id.to_string(),
     };
     let Opened {
@@ -114,7 +170,7 @@ pub(super) fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: boo
     let mut judged = judged;
     judged.identity = Some(identity);
     judged.entry.age_secs = Some(now_secs().saturating_sub(ctime));
-    let marker = match Marker::read(dir.as_fd(), ns.euid()) {
+    let marker = match Marker::read(dir.as_fd(), ns.user()) {
         Ok(marker) => marker,
         Err(problem) => return without_marker(ns, judged, dir, &run_id, &problem),
     };
@@ -125,41 +181,53 @@ pub(super) fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: boo
         );
     }
     judged.entry.run_id = Some(marker.run_id.clone());
+    judged.entry.kept = marker.kept_because();
     judged.entry.owner_pid = Some(marker.owner.pid);
     judged.entry.command = marker.command.clone();
     judged.entry.age_secs = Some(now_secs().saturating_sub(marker.created_unix_ms / 1000));
     let owner_pid = marker.owner.pid;
     // Owner death decides first: a lock held while the owner is dead belongs to something the
-    // run left behind (or to another gc), which the caller sorts out.
-    match marker.owner.liveness(&marker.host, here) {
-        Liveness::Alive => {
-            return judged.state(EntryState::Live, format!("owner pid {owner_pid} is alive"))
-        }
-        Liveness::Unknown => {
-            return judged.state(
-                EntryState::Live,
-                "owner ran in another pid namespace or host; cannot prove it is dead",
-            )
-        }
-        Liveness::Dead => {}
+    // run left behind (or to another gc), which the caller sorts out. A live owner holds its
+    // published root's lock until the root is renamed away (module doc of `root`), so a
+    // recorded owner that is alive while that lock is free is not the owner: the run forged
+    // its marker, or its owner let the root go (kept, or left for gc). The same holds for an
+    // owner this gc cannot see (another pid namespace or host name on this kernel: the boot id
+    // is ours, and the lock is this kernel's). Only a published root is judged so: the run's
+    // command can reach no other entry, and an owner whose removal gave up lets its
+    // quarantined root go while it lives.
+    let (alive_because, not_owner) = match marker.owner.liveness(&marker.host, here) {
+        Liveness::Dead(death) => (None, format!("owner pid {owner_pid} is gone: {death}")),
+        Liveness::Alive => (
+            Some(format!("owner pid {owner_pid} is alive")),
+            format!(
+                "owner pid {owner_pid} is alive but does not hold the root's lock: not its owner"
+            ),
+        ),
+        Liveness::Unknown => (
+            Some("owner ran in another pid namespace or host; cannot prove it is dead".into()),
+            format!(
+                "owner pid {owner_pid} ran in another pid namespace or host and does not hold \
+                 the root's lock: not its owner"
+            ),
+        ),
+    };
+    if let (Some(why), false) = (&alive_because, judged.kind == EntryKind::Root) {
+        return judged.state(EntryState::Live, why.clone());
     }
     judged.dir = Some(dir);
-    judged.marker = Some(marker);
+    // Also for a root whose lock is held: the caller settles it and may reclaim it later.
+    judged.owner_gone = not_owner;
     if !judged.try_lock() {
-        if judged.marker.as_ref().is_some_and(|m| m.keep)
-            && !include_kept
-            && kind != EntryKind::Trash
-        {
-            return judged.left(
-                EntryState::Kept,
-                "kept with --keep-root (gc --kept reclaims it); its owner is gone but its lock is held",
-            );
+        if let Some(why) = alive_because {
+            return judged.left(EntryState::Live, why);
         }
+        judged.marker = Some(marker);
         return judged.state(
             EntryState::Locked,
             format!("owner pid {owner_pid} is gone, but its lock is held"),
         );
     }
+    judged.marker = Some(marker);
     // The owner may have removed the root and released its lock between our open and our lock
     // (a run that just finished): the lock is then on a deleted directory. Only an entry whose
     // name still denotes the directory we hold and lock is judged further.
@@ -169,7 +237,7 @@ pub(super) fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: boo
             "removed or replaced while being inspected",
         );
     }
-    judged.dead_and_locked(include_kept, owner_pid)
+    judged.dead_and_locked(include_kept)
 }
 
 /// What step 2 found: the opened directory, its identity and its change time.

@@ -8,18 +8,24 @@
 //! 3. it has a valid marker (regular file, one link, our uid, known version, strict shape) naming
 //!    the same run id as the entry's name;
 //! 4. the marker's owner is provably dead: another boot, or (same pid namespace and host) the pid
-//!    is absent or has another start time. Anything uncertain counts as alive;
+//!    is absent or has another start time. Anything uncertain counts as alive. A published root
+//!    whose recorded owner is alive but whose lock is free is not that owner's (its live owner
+//!    holds the lock until the root is renamed away; the run's command can forge its own
+//!    marker): it is judged as a dead owner's;
 //! 5. we can take its liveness lock exclusively, and keep it through the removal so no concurrent
 //!    gc works on it. A lock held although the owner is dead belongs to what the run left behind:
 //!    its tagged processes and its cgroup are killed and the lock is tried again; a lock still
 //!    held then belongs to a process that is not the run's, and the entry is left (`locked`);
-//! 6. it is not kept (`--keep-root`) unless kept roots were asked for;
+//! 6. it is not kept (`--keep-root`) unless kept roots were asked for; a root kept on failure
+//!    is kept only while fewer newer ones are than its marker's `retain` ([`retention`]);
 //! 7. its run id is not alive elsewhere ([`orphans`]: another entry with that id not provably
 //!    dead, or tagged processes of another state directory).
 //!
-//! Then processes still carrying the run's `CLEANROOM_RUN_ID` (same uid) and its recorded cgroup
-//! are killed, and the entry goes through the removal module. Everything else is reported and
-//! left alone. The only exceptions to 3: an empty directory with one of our names, and the
+//! Then processes still carrying the run's `CLEANROOM_RUN_ID` (same uid), its recorded cgroup
+//! and its watchdog if it was left stopped ([`watchdogs`]) are killed, and the entry goes
+//! through the removal module. A kept root for which 1–5 and 7 hold keeps its directory, not
+//! its dead run's processes: `gc` kills them all the same (not `list`, nor the start of a run). Everything else is reported and left alone. The only exceptions
+//! to 3: an empty directory with one of our names, and the
 //! skeleton a failed creation leaves in a pending directory (a damaged marker and empty layout directories),
 //! are removed with `rmdir` and `unlink` by name, never recursively, since nothing in them can be
 //! lost. A published root with a damaged marker is `unproven`: listed with the command that
@@ -32,7 +38,9 @@
 
 mod judge;
 mod orphans;
+mod retention;
 mod state;
+mod watchdogs;
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
@@ -43,6 +51,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::contain;
+use crate::marker::Kept;
 use crate::namespace::{EntryKind, Namespace};
 use crate::process::{Host, ProcessInfo};
 use crate::remove::{self, Persistence, RemovalStatus};
@@ -102,8 +111,11 @@ impl EntryState {
 /// One namespace entry as `list` shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Entry {
-    /// The entry's name in the namespace (invalid UTF-8 replaced; see `raw_name`).
+    /// The entry's name in the namespace, exact when it is valid UTF-8 (invalid sequences are
+    /// replaced by U+FFFD otherwise, and `name_bytes` has the name).
     pub name: String,
+    /// The name's bytes when `name` is not exact (see [`lossless_name`]), else `None`.
+    pub name_bytes: Option<Vec<u8>>,
     /// The name exactly as the directory holds it.
     #[serde(skip)]
     pub raw_name: OsString,
@@ -114,7 +126,7 @@ pub struct Entry {
     /// The run id, when the marker is valid.
     pub run_id: Option<String>,
     /// The owner's pid, when the marker is valid.
-    pub owner_pid: Option<i32>,
+    pub owner_pid: Option<u32>,
     /// The run's command, when the marker is valid.
     pub command: Vec<String>,
     /// Age in seconds (from the marker, else the directory's change time).
@@ -123,12 +135,30 @@ pub struct Entry {
     pub size_bytes: Option<u64>,
     /// Processes holding its lock, when its owner is dead and the lock is held.
     pub lock_holders: Vec<LockHolder>,
+    /// Why its marker says it is kept (whatever its state now), when it does.
+    pub kept: Option<Kept>,
+}
+
+/// A name for JSON, without loss: the text (exact when the name is valid UTF-8, with invalid
+/// sequences replaced by U+FFFD otherwise) and, only when the text is not exact, the name's
+/// bytes (`OsStr::as_encoded_bytes`: the bytes themselves on Unix, WTF-8 on Windows), so that
+/// two names never come out the same.
+pub fn lossless_name(name: &OsStr) -> (String, Option<Vec<u8>>) {
+    match name.to_str() {
+        Some(text) => (text.to_owned(), None),
+        None => (
+            name.to_string_lossy().into_owned(),
+            Some(name.as_encoded_bytes().to_vec()),
+        ),
+    }
 }
 
 impl Entry {
     fn named(name: &OsStr) -> Entry {
+        let (text, bytes) = lossless_name(name);
         Entry {
-            name: name.to_string_lossy().into_owned(),
+            name: text,
+            name_bytes: bytes,
             raw_name: name.to_os_string(),
             state: EntryState::Foreign,
             reason: String::new(),
@@ -138,6 +168,7 @@ impl Entry {
             age_secs: None,
             size_bytes: None,
             lock_holders: Vec::new(),
+            kept: None,
         }
     }
 }
@@ -224,6 +255,9 @@ pub struct GcSummary {
     pub killed: Vec<ProcessInfo>,
     /// Names removed (or that would be).
     pub removed_names: Vec<String>,
+    /// Entries of `locks/` removed by `cleanroom gc` (or that would be), as `locks/NAME`: what
+    /// cannot be lock state, and the files of locks nobody holds (see [`crate::lock::sweep`]).
+    pub locks_removed: Vec<String>,
 }
 
 impl Default for GcSummary {
@@ -246,6 +280,7 @@ impl Default for GcSummary {
             bytes_freed: 0,
             killed: Vec::new(),
             removed_names: Vec::new(),
+            locks_removed: Vec::new(),
         }
     }
 }
@@ -257,8 +292,10 @@ pub struct Listing {
     pub format: &'static str,
     /// Always [`JSON_VERSION`].
     pub version: u32,
-    /// The namespace.
-    pub state_dir: PathBuf,
+    /// The namespace's path, exact when it is valid UTF-8 (see [`lossless_name`]).
+    pub state_dir: String,
+    /// The path's bytes when `state_dir` is not exact, else `None`.
+    pub state_dir_bytes: Option<Vec<u8>>,
     /// Every entry, sorted by name.
     pub entries: Vec<Entry>,
     /// The exclusive locks and their holders.
@@ -286,11 +323,19 @@ struct Pass<'a> {
     tagged: Option<Tagged>,
     /// The cgroup2 mount, read when the first recorded cgroup is met.
     cgroup_mount: Option<Option<PathBuf>>,
+    /// The roots kept on failure, read when the first one is judged.
+    kept_on_failure: Option<retention::KeptOnFailure>,
     /// Leftovers not to try (known stuck, at the start of a run).
     skip: HashSet<String>,
     /// Whether entries whose dead owner's lock is held are settled (their leftovers killed and
     /// the lock retried, up to half a second): `gc`, not the start of a run.
     settle_locks: bool,
+    /// Whether what a dead run left (tagged processes, cgroup, stopped watchdog) is killed (in
+    /// a dry run: named) when its root is kept: the directory stays, the processes do not.
+    /// `gc`, not `list` nor the start of a run (which must not pay for what other runs left).
+    kill_kept_leftovers: bool,
+    /// Whether `locks/` is swept of what commands left there: `gc`, not the start of a run.
+    sweep_locks: bool,
     summary: GcSummary,
     /// Names whose removal gave up (not merely ran out of time).
     stuck: Vec<String>,
@@ -308,8 +353,11 @@ impl<'a> Pass<'a> {
             started: Instant::now(),
             tagged: None,
             cgroup_mount: None,
+            kept_on_failure: None,
             skip: HashSet::new(),
             settle_locks: mode == Mode::Reclaim,
+            kill_kept_leftovers: false,
+            sweep_locks: false,
             summary: GcSummary {
                 dry_run: mode == Mode::Inspect,
                 ..GcSummary::default()
@@ -343,6 +391,17 @@ impl<'a> Pass<'a> {
         if judged.entry.state == EntryState::Locked {
             judged = self.settle_locked(judged);
         }
+        if let Some(created) = judged.retention_applies() {
+            let ns = self.ns;
+            let newer = self
+                .kept_on_failure
+                .get_or_insert_with(|| retention::KeptOnFailure::scan(ns))
+                .newer_than(created, name);
+            judged = judged.retained(newer);
+        }
+        if self.kill_kept_leftovers && judged.is_kept_of_dead_run() {
+            self.kill_kept_leftovers(&judged);
+        }
         if is_candidate(&judged) {
             if let Some(run_id) = judged.entry.run_id.clone() {
                 let here = self.here.clone();
@@ -361,6 +420,15 @@ impl<'a> Pass<'a> {
         let run_id = judged.entry.run_id.clone().expect("a marker");
         let (dev, ino) = judged.identity.expect("opened");
         let owner_pid = judged.entry.owner_pid.unwrap_or_default();
+        let kept = judged.entry.kept.is_some() && judged.kind != EntryKind::Trash;
+        if kept && !self.include_kept && !self.kill_kept_leftovers {
+            // `list` and the start of a run: a kept root stays whoever holds its lock.
+            return judged.left(
+                EntryState::Kept,
+                "kept (gc --kept reclaims it); its owner is gone but its lock is held \
+                 (`cleanroom gc` kills what the run left)",
+            );
+        }
         if self.settle_locks {
             let protected = {
                 let (ns, here) = (self.ns, self.here.clone());
@@ -375,7 +443,7 @@ impl<'a> Pass<'a> {
                 if !judged.still_named(self.ns) {
                     return judged.left(EntryState::Live, "removed while being inspected");
                 }
-                let mut settled = judged.dead_and_locked(self.include_kept, owner_pid);
+                let mut settled = judged.dead_and_locked(self.include_kept);
                 settled
                     .entry
                     .reason
@@ -385,13 +453,12 @@ impl<'a> Pass<'a> {
         }
         let holders = orphans::lock_holders(dev, ino);
         let run_holds_it = self.tagged().has(&run_id)
-            && holders
-                .iter()
-                .filter(|h| h.command.is_some())
-                .all(|h| orphans::is_tagged_with(h.pid, &run_id));
+            && holders.iter().filter(|h| h.command.is_some()).all(|h| {
+                u32::try_from(h.pid).is_ok_and(|pid| orphans::is_tagged_with(pid, &run_id))
+            });
         let holders_text = orphans::describe(&holders);
         if run_holds_it && self.mode == Mode::Inspect {
-            let mut settled = judged.dead_and_locked(self.include_kept, owner_pid);
+            let mut settled = judged.dead_and_locked(self.include_kept);
             settled.entry.reason.push_str(&format!(
                 "; its lock is held by processes it left: {holders_text}, which gc kills first"
             ));
@@ -425,6 +492,7 @@ impl<'a> Pass<'a> {
             Vec::new()
         };
         self.summary.killed.extend(killed);
+        self.kill_abandoned_watchdogs(run_id);
     }
 
     /// Whether a recorded cgroup is worth handing to `contain`, which verifies it for real: a
@@ -446,6 +514,34 @@ impl<'a> Pass<'a> {
             .is_ok()
     }
 
+    /// Kills what the dead run of a kept root left (in a dry run: names it), unless its run id
+    /// is alive elsewhere; the root itself stays.
+    fn kill_kept_leftovers(&mut self, judged: &Judged) {
+        let (Some(run_id), Some(marker)) = (&judged.entry.run_id, &judged.marker) else {
+            return;
+        };
+        let (ns, here) = (self.ns, self.here.clone());
+        let name = judged.entry.raw_name.as_os_str();
+        if orphans::protection(ns, name, run_id, &here, self.tagged()).is_some() {
+            return;
+        }
+        match self.mode {
+            Mode::Inspect => self.would_kill(run_id, marker.cgroup.as_deref()),
+            Mode::Reclaim => self.kill_orphans(run_id, marker.cgroup.as_deref()),
+        }
+    }
+
+    /// Kills the watchdogs of the dead run `run_id` that the pass over `/proc` found stopped with
+    /// their runner gone (in a dry run: names them), see [`watchdogs`].
+    fn kill_abandoned_watchdogs(&mut self, run_id: &str) {
+        let (uid, dry_run) = (self.ns.euid(), self.mode == Mode::Inspect);
+        let pids = self.tagged().watchdogs_of(run_id).to_vec();
+        let killed = pids
+            .into_iter()
+            .filter_map(|pid| watchdogs::kill_if_abandoned(pid, run_id, uid, dry_run));
+        self.summary.killed.extend(killed);
+    }
+
     /// What would be killed for `run_id` (a dry run).
     fn would_kill(&mut self, run_id: &str, cgroup: Option<&str>) {
         let mut found = self.tagged().processes(run_id);
@@ -457,6 +553,7 @@ impl<'a> Pass<'a> {
             }
         }
         self.summary.killed.extend(found);
+        self.kill_abandoned_watchdogs(run_id);
     }
 
     /// Judges and (when reclaiming) removes the entry `name`.
@@ -474,8 +571,28 @@ impl<'a> Pass<'a> {
                 holders: entry.lock_holders.clone(),
             }),
             EntryState::Stale | EntryState::Leftover => self.reclaim(judged),
+            EntryState::Locks if self.sweep_locks => self.sweep_locks(),
             EntryState::Locks => {}
         }
+    }
+
+    /// Sweeps `locks/` (see [`crate::lock::sweep`]); in a dry run, counts what would go.
+    fn sweep_locks(&mut self) {
+        let dry_run = self.mode == Mode::Inspect;
+        let swept = match crate::lock::sweep(self.ns, dry_run) {
+            Ok(swept) => swept,
+            Err(e) => return self.summary.errors.push(e.to_string()),
+        };
+        for path in swept.removed {
+            if dry_run {
+                self.summary.bytes_freed += disk_usage(path.clone());
+            }
+            let name = path.strip_prefix(self.ns.path()).unwrap_or(&path);
+            self.summary
+                .locks_removed
+                .push(name.to_string_lossy().into_owned());
+        }
+        self.summary.errors.extend(swept.errors);
     }
 
     /// Kills a candidate's orphans and removes it (or says it would).
@@ -603,12 +720,29 @@ pub fn list(ns: &Namespace, sizes: bool) -> Vec<Entry> {
         .iter()
         .map(|name| {
             let mut entry = pass.judge(name).entry;
-            if sizes && entry.state != EntryState::Foreign {
+            if entry.state == EntryState::Locks {
+                describe_locks(ns, &mut entry);
+            } else if sizes && entry.state != EntryState::Foreign {
                 entry.size_bytes = Some(disk_usage(ns.path().join(name)));
             }
             entry
         })
         .collect()
+}
+
+/// The lock directory as `list` shows it: always with its size (every protected command can
+/// write there), and how many of its entries `cleanroom gc` would remove.
+fn describe_locks(ns: &Namespace, entry: &mut Entry) {
+    entry.size_bytes = Some(disk_usage(ns.path().join(&entry.raw_name)));
+    match crate::lock::sweep(ns, true) {
+        Ok(swept) if !swept.removed.is_empty() => entry.reason.push_str(&format!(
+            "; {} entries that are not lock state or belong to no holder: `cleanroom gc` \
+             removes them",
+            swept.removed.len()
+        )),
+        Ok(_) => {}
+        Err(e) => entry.reason.push_str(&format!("; cannot be read: {e}")),
+    }
 }
 
 /// Bytes used by a tree, without following symlinks or crossing devices.
@@ -670,6 +804,8 @@ pub fn gc(
             ..GcSummary::default()
         };
     };
+    pass.kill_kept_leftovers = true;
+    pass.sweep_locks = true;
     let free_before = free_bytes(ns);
     let names = entry_names(ns);
     let done = pass.run(&names, progress);

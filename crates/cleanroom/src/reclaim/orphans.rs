@@ -21,28 +21,33 @@ use serde::Serialize;
 use crate::env::{ROOT_VAR, RUN_ID_VAR};
 use crate::marker::Marker;
 use crate::namespace::{Namespace, PENDING_PREFIX, ROOT_PREFIX, TRASH_PREFIX};
-use crate::process::{self, Host, Liveness};
+use crate::process::{self, Host};
 
-/// Processes of one user carrying a run id, found in one pass over `/proc`.
+/// Processes of one user carrying a run id, and processes named like watchdogs, found in one
+/// pass over `/proc`.
 #[derive(Default)]
 pub(super) struct Tagged {
     /// Run id → the processes carrying it.
     by_run: HashMap<Vec<u8>, Vec<TaggedProcess>>,
+    /// Run id → the processes titled as its watchdog (see [`super::watchdogs`], which judges
+    /// them).
+    watchdogs: HashMap<String, Vec<u32>>,
 }
 
 /// One process the pass found.
 struct TaggedProcess {
-    pid: i32,
+    pid: u32,
     /// The `CLEANROOM_ROOT` it carries.
     root: Option<Vec<u8>>,
 }
 
 impl Tagged {
-    /// The pass: every process of real uid `uid` (but this one) and the run id it carries.
+    /// The pass: every process of real uid `uid` (but this one) and the run id it carries, and
+    /// every process whose environment could be read that is titled as a run's watchdog.
     pub fn scan(uid: u32) -> Tagged {
         let run_prefix = format!("{RUN_ID_VAR}=");
         let root_prefix = format!("{ROOT_VAR}=");
-        let me = std::process::id() as i32;
+        let me = std::process::id();
         let mut tagged = Tagged::default();
         for pid in process::all_pids() {
             // The environment first: most processes carry no run id (and those of other users
@@ -61,8 +66,17 @@ impl Tagged {
                 let found = TaggedProcess { pid, root };
                 tagged.by_run.entry(run).or_default().push(found);
             }
+            // Tagged or not: a nested run's watchdog carries its outer run's tag.
+            if let Some(run_id) = super::watchdogs::titled_run_id(pid) {
+                tagged.watchdogs.entry(run_id).or_default().push(pid);
+            }
         }
         tagged
+    }
+
+    /// The processes the pass found titled as the watchdog of `run_id`.
+    pub fn watchdogs_of(&self, run_id: &str) -> &[u32] {
+        self.watchdogs.get(run_id).map_or(&[], Vec::as_slice)
     }
 
     /// Whether the pass found processes of `run_id`.
@@ -141,8 +155,8 @@ fn provably_dead(ns: &Namespace, name: &str, run_id: &str, here: &Host) -> bool 
     ) else {
         return false;
     };
-    let dead = Marker::read(std::os::fd::AsFd::as_fd(&dir), ns.euid())
-        .is_ok_and(|m| m.run_id == run_id && m.owner.liveness(&m.host, here) == Liveness::Dead);
+    let dead = Marker::read(std::os::fd::AsFd::as_fd(&dir), ns.user())
+        .is_ok_and(|m| m.run_id == run_id && m.owner.liveness(&m.host, here).is_dead());
     dead && rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
@@ -170,9 +184,10 @@ pub(super) fn lock_holders(dev: u64, ino: u64) -> Vec<LockHolder> {
         .filter(|(pid, _)| *pid != me)
         .map(|(pid, _)| LockHolder {
             pid,
-            command: (pid > 0)
-                .then(|| process::info(pid))
-                .flatten()
+            command: u32::try_from(pid)
+                .ok()
+                .filter(|&pid| pid > 0)
+                .and_then(process::info)
                 .map(|p| p.command),
         })
         .collect();
@@ -211,7 +226,7 @@ pub(super) fn describe(holders: &[LockHolder]) -> String {
 }
 
 /// Whether `pid` carries `CLEANROOM_RUN_ID=run_id` (read now, not from the pass).
-pub(super) fn is_tagged_with(pid: i32, run_id: &str) -> bool {
+pub(super) fn is_tagged_with(pid: u32, run_id: &str) -> bool {
     process::environ_has(pid, format!("{RUN_ID_VAR}={run_id}").as_bytes())
 }
 

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::marker::{Marker, MarkerFile};
-use crate::namespace::{classify, open_dir, run_id_unix_secs, EntryKind, Namespace};
+use crate::namespace::os::open_dir;
+use crate::namespace::{classify, run_id_unix_secs, EntryKind, Namespace};
 use crate::process::{Host, Liveness};
-use crate::remove::RemovalStatus;
-use crate::root::remove_root;
+use crate::remove::{self, Held, Persistence, RemovalStatus};
 
 /// A pending entry younger than this belongs to a creation in progress.
 pub const PENDING_AGE: Duration = Duration::from_secs(60);
@@ -129,9 +129,9 @@ pub fn gc(ns: &Namespace, options: &GcOptions) -> GcSummary {
             summary.removed.push(path);
             continue;
         }
-        match reclaim_entry(&path, marker) {
-            RemovalStatus::Removed => summary.removed.push(path),
-            RemovalStatus::Leftover(e) => summary.errors.push(e),
+        match reclaim_entry(ns, &path, marker) {
+            Ok(()) => summary.removed.push(path),
+            Err(e) => summary.errors.push(e),
         }
     }
     summary
@@ -154,7 +154,7 @@ fn judge(ns: &Namespace, path: &Path, here: &Host) -> (State, Option<MarkerFile>
         (EntryKind::Root | EntryKind::Pending, Some(id)) => id,
         _ => return (State::Foreign, None),
     };
-    let file = match Marker::read(path, ns.sid()) {
+    let file = match Marker::read(path, ns.user()) {
         Ok(file) => file,
         Err(problem) if problem.damaged && kind == EntryKind::Pending && old(id) => {
             return (
@@ -174,9 +174,10 @@ fn judge(ns: &Namespace, path: &Path, here: &Host) -> (State, Option<MarkerFile>
         return (State::Live, Some(file));
     }
     let state = match file.marker.owner.liveness(&file.marker.host, here) {
-        Liveness::Alive => State::Live,
+        // Unknown (a process we may not open, another host) counts as alive.
+        Liveness::Alive | Liveness::Unknown => State::Live,
         Liveness::Dead(_) if file.marker.keep => State::Kept,
-        Liveness::Dead(why) => State::Stale(why),
+        Liveness::Dead(why) => State::Stale(format!("owner pid {}: {why}", file.marker.owner.pid)),
     };
     (state, Some(file))
 }
@@ -190,11 +191,25 @@ fn old(id: &str) -> bool {
     run_id_unix_secs(id).is_some_and(|t| now.saturating_sub(t) > PENDING_AGE.as_secs())
 }
 
-/// Removes a judged-stale entry, holding the directory and (when there is one) the marker lock.
-fn reclaim_entry(path: &Path, marker: Option<MarkerFile>) -> RemovalStatus {
-    let dir = match open_dir(path) {
-        Ok(dir) => dir,
-        Err(e) => return RemovalStatus::Leftover(format!("cannot open {}: {e}", path.display())),
+/// Removes a judged-stale entry, holding the directory and (when there is one) the marker with
+/// our lock on it; an abandoned creation has no marker to keep.
+fn reclaim_entry(ns: &Namespace, path: &Path, marker: Option<MarkerFile>) -> Result<(), String> {
+    let proof = marker.as_ref().map(|file| file.marker.clone());
+    let held = open_dir(path)
+        .and_then(|dir| Held::new(path.to_path_buf(), dir, marker.map(MarkerFile::into_file)))
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let Some(marker) = proof else {
+        return remove::os::remove_abandoned(held);
     };
-    remove_root(path, dir, marker.map(MarkerFile::into_file))
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let removal = remove::remove_entry(ns, name, &held, &marker, Persistence::FULL);
+    match removal.status {
+        RemovalStatus::Removed => Ok(()),
+        RemovalStatus::Leftover(reason) | RemovalStatus::Refused(reason) => {
+            Err(format!("{}: {reason}", removal.path.display()))
+        }
+    }
 }

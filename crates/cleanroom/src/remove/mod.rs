@@ -1,27 +1,37 @@
 //! Removal of roots: the most dangerous code in cleanroom. See `docs/removal.md`.
 //!
-//! Order of operations for one namespace entry:
+//! Order of operations for one namespace entry (the steps are the private `os` child's:
+//! `unix.rs` for Linux and macOS, `windows.rs`; the order, the retries and the result are
+//! this module's, the same on every platform):
 //! 1. identity: the entry under its name must be the very directory the caller holds open (and
-//!    holds the liveness lock on): same device and inode, checked with `fstatat(NOFOLLOW)`;
-//! 2. quarantine: rename it to `.trash-run-<id>` in the same namespace without replacing anything,
-//!    and check the identity again under the new name; if anything changed, stop and preserve
-//!    (when that name is taken by something else, the tree is removed under its own name);
-//! 3. walk: remove the contents through directory descriptors (`openat`/`unlinkat`, `O_NOFOLLOW`),
-//!    never following a symlink, never entering another mount (device or mount id differs: left in
-//!    place and reported), making read-only directories writable as it goes, holding a bounded
-//!    number of descriptors so trees deeper than PATH_MAX are fine;
+//!    holds the liveness lock on). Unix: same device and inode, checked with `fstatat(NOFOLLOW)`;
+//!    Windows: same volume and file index as the held handle;
+//! 2. quarantine: Unix renames it to `.trash-run-<id>` in the same namespace without replacing
+//!    anything, and checks the identity again under the new name; if anything changed, stop and
+//!    preserve (when that name is taken by something else, the tree is removed under its own
+//!    name). Windows keeps the name: the directory is held without `FILE_SHARE_DELETE` from the
+//!    owner's start, so nobody can rename or replace it meanwhile;
+//! 3. walk: Unix removes the contents through directory descriptors (`openat`/`unlinkat`,
+//!    `O_NOFOLLOW`), never following a symlink, never entering another mount (device or mount id
+//!    differs: left in place and reported), making read-only directories writable as it goes,
+//!    holding a bounded number of descriptors so trees deeper than PATH_MAX are fine. Windows
+//!    walks `\\?\` paths, never enters a reparse point (the link itself is removed) and clears
+//!    read-only attributes;
 //! 4. the marker goes last, so a partial removal still carries its proof of ownership and the next
 //!    gc can finish it; a removal that gives up (or whose final `rmdir` fails) writes the marker
 //!    it was given back if the run deleted or replaced it, so every leftover keeps its proof;
 //! 5. bounded retries with time-based backoff (or none, and a deadline, for the bounded
-//!    reclamation at the start of a run); then give up visibly (the leftover path and why).
+//!    reclamation at the start of a run), for at least the platform's `os::RETRY_FOR`; then give
+//!    up visibly (the leftover path and why).
 
 mod backoff;
 #[cfg(unix)]
 #[path = "unix.rs"]
-mod os;
+pub(crate) mod os;
+#[cfg(windows)]
+#[path = "windows.rs"]
+pub(crate) mod os;
 
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -31,7 +41,9 @@ use crate::marker::Marker;
 use crate::namespace::{Namespace, PENDING_PREFIX, TRASH_PREFIX};
 use backoff::BACKOFF;
 
+#[cfg(unix)]
 pub use os::remove_contents;
+pub use os::Held;
 
 /// Counts and problems of one walk.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -114,7 +126,7 @@ pub fn trash_name(name: &str) -> String {
 pub fn remove_entry(
     ns: &Namespace,
     name: &str,
-    held: &OwnedFd,
+    held: &Held,
     marker: &Marker,
     how: Persistence,
 ) -> Removal {
@@ -139,7 +151,7 @@ pub fn remove_entry(
     let mut backoff = BACKOFF.iter();
     loop {
         removal.attempts += 1;
-        let mut stats = os::remove_contents(held, &removal.path, how.deadline);
+        let mut stats = os::remove_owned_contents(held, &removal.path, how.deadline);
         if stats.errors.is_empty() && stats.mounts.is_empty() && !stats.interrupted {
             match os::finish(ns, trash, held, marker) {
                 Ok(()) => {
@@ -150,7 +162,7 @@ pub fn remove_entry(
             }
         }
         accumulate(&mut removal.stats, stats);
-        match next_pause(&mut backoff, &removal.stats, how) {
+        match next_pause(&mut backoff, started, &removal.stats, how) {
             Some(pause) => std::thread::sleep(pause),
             None => {
                 // Whatever the run did to its marker, the leftover keeps the proof.
@@ -168,15 +180,22 @@ pub fn remove_entry(
 
 /// The pause before the next walk, or `None` to give up: a mount point will not go away by
 /// waiting, an interrupted walk has no time left, and a pause must end before the deadline.
+/// After the last pause of the schedule, its longest pause repeats until `os::RETRY_FOR` has
+/// passed since `started`.
 fn next_pause(
     backoff: &mut std::slice::Iter<'_, Duration>,
+    started: Instant,
     stats: &WalkStats,
     how: Persistence,
 ) -> Option<Duration> {
     if !how.retries || stats.interrupted || !stats.mounts.is_empty() {
         return None;
     }
-    let pause = *backoff.next()?;
+    let pause = match backoff.next() {
+        Some(pause) => *pause,
+        None if started.elapsed() < os::RETRY_FOR => BACKOFF[BACKOFF.len() - 1],
+        None => return None,
+    };
     match how.deadline {
         Some(deadline) if Instant::now() + pause >= deadline => None,
         _ => Some(pause),

@@ -6,6 +6,12 @@
 //! mount id means another filesystem (or a bind mount), which is reported and never entered.
 //! At most [`FD_BUDGET`] directory descriptors are open at once; a frame whose descriptor was
 //! closed is reopened through `..` of its child and must have the inode it had before.
+//!
+//! In a tree proven to be the caller's own ([`remove_owned_contents`]), an entry the kernel
+//! refuses to unlink (EPERM: `chattr +i` or `+a` by a command running as root) has the immutable
+//! and append-only flags of its directory and of itself cleared, then is unlinked once more; the
+//! flags of an entry with other links, of another type than a file or directory, or on another
+//! mount are never touched (Linux).
 
 use std::ffi::{CStr, CString, OsStr};
 #[cfg(target_os = "linux")]
@@ -13,16 +19,24 @@ use std::os::fd::AsRawFd;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-#[cfg(target_os = "linux")]
-use rustix::fs::StatxFlags;
 use rustix::fs::{AtFlags, Dev, FileType, Mode, OFlags, RawMode, RenameFlags};
+#[cfg(target_os = "linux")]
+use rustix::fs::{IFlags, StatxFlags};
 use rustix::io::Errno;
 
 use super::WalkStats;
 use crate::marker::{Marker, MARKER_FILE};
 use crate::namespace::Namespace;
+
+/// What the caller holds of the entry it removes: the open directory, on which it holds the
+/// liveness lock (`flock`).
+pub type Held = OwnedFd;
+
+/// How long a removal keeps retrying after the backoff schedule is spent: not at all; on Unix
+/// the schedule's five pauses (1.61 s in all) are the whole retry budget.
+pub(crate) const RETRY_FOR: Duration = Duration::ZERO;
 
 /// Directory descriptors the walk may hold open at once.
 const FD_BUDGET: usize = 128;
@@ -114,7 +128,11 @@ pub(super) fn quarantine<'n>(
     if name == trash {
         return Ok(name);
     }
-    match rustix::fs::renameat_with(ns.dir(), name, ns.dir(), trash, RenameFlags::NOREPLACE) {
+    // The root, proven ours just above, may be immutable or append-only.
+    let renamed = unflagged_retry(held, || {
+        rustix::fs::renameat_with(ns.dir(), name, ns.dir(), trash, RenameFlags::NOREPLACE)
+    });
+    match renamed {
         Ok(()) => {}
         Err(Errno::EXIST) => return Ok(name),
         Err(e) => return Err(format!("cannot quarantine {name} as {trash}: {e}")),
@@ -137,11 +155,16 @@ pub(super) fn finish(
     held: &OwnedFd,
     marker: &Marker,
 ) -> Result<(), String> {
-    match rustix::fs::unlinkat(held, MARKER_FILE, AtFlags::empty()) {
+    let marker_name = CString::new(MARKER_FILE).expect("the marker's name has no NUL");
+    match unlink(held.as_fd(), &marker_name, AtFlags::empty(), true) {
         Ok(()) | Err(Errno::NOENT) => {}
         Err(e) => return Err(format!("{MARKER_FILE}: {e}")),
     }
-    rustix::fs::unlinkat(ns.dir(), trash, AtFlags::REMOVEDIR).map_err(|e| {
+    // The root itself may be immutable or append-only: its own flags, never the namespace's.
+    let removed = unflagged_retry(held, || {
+        rustix::fs::unlinkat(ns.dir(), trash, AtFlags::REMOVEDIR)
+    });
+    removed.map_err(|e| {
         let mut error = format!("{}: {e}", ns.path().join(trash).display());
         if let Err(lost) = restore_marker(held, marker) {
             error.push_str(&format!("; {lost}"));
@@ -154,7 +177,7 @@ pub(super) fn finish(
 /// hard-linked or replaced it. Only a regular file is ever replaced (its name unlinked, never its
 /// other links); the new one is created `O_EXCL`, as [`Marker::write`] always does.
 pub(super) fn restore_marker(dir: &OwnedFd, marker: &Marker) -> Result<(), String> {
-    if Marker::read(dir.as_fd(), marker.euid).as_ref() == Ok(marker) {
+    if Marker::read(dir.as_fd(), &marker.user).as_ref() == Ok(marker) {
         return Ok(());
     }
     let lost = |e: &dyn std::fmt::Display| format!("{MARKER_FILE} could not be restored: {e}");
@@ -187,6 +210,21 @@ const DEADLINE_STRIDE: u32 = 256;
 /// in errors. With a `deadline`, the walk stops between two entries once it has passed and says
 /// so (`interrupted`).
 pub fn remove_contents(top: &OwnedFd, display: &Path, deadline: Option<Instant>) -> WalkStats {
+    walk(top, display, deadline, false)
+}
+
+/// [`remove_contents`] of a root whose ownership the caller proved: an entry the kernel refuses
+/// to unlink for its immutable or append-only flag has them cleared first (see the module docs).
+pub(super) fn remove_owned_contents(
+    top: &OwnedFd,
+    display: &Path,
+    deadline: Option<Instant>,
+) -> WalkStats {
+    walk(top, display, deadline, true)
+}
+
+/// The walk of [`remove_contents`]; `owned`: the tree is proven the caller's.
+fn walk(top: &OwnedFd, display: &Path, deadline: Option<Instant>, owned: bool) -> WalkStats {
     let mut stats = WalkStats::default();
     let (top_identity, top_mnt, top_mode) = match identity_of_fd(top.as_fd()) {
         Ok(v) => v,
@@ -263,7 +301,7 @@ pub fn remove_contents(top: &OwnedFd, display: &Path, deadline: Option<Instant>)
                 }
             }
             let parent_fd = parent.fd.as_ref().expect("reopened").as_fd();
-            match rustix::fs::unlinkat(parent_fd, done.name.as_c_str(), AtFlags::REMOVEDIR) {
+            match unlink(parent_fd, done.name.as_c_str(), AtFlags::REMOVEDIR, owned) {
                 Ok(()) => stats.dirs += 1,
                 Err(Errno::NOENT) => {}
                 Err(e) => {
@@ -295,7 +333,7 @@ pub fn remove_contents(top: &OwnedFd, display: &Path, deadline: Option<Instant>)
             },
         };
         if !is_dir {
-            match rustix::fs::unlinkat(dir_fd, name.as_c_str(), AtFlags::empty()) {
+            match unlink(dir_fd, name.as_c_str(), AtFlags::empty(), owned) {
                 Ok(()) => stats.files += 1,
                 Err(Errno::NOENT) => {}
                 Err(Errno::ISDIR) => stack
@@ -381,6 +419,84 @@ pub fn remove_contents(top: &OwnedFd, display: &Path, deadline: Option<Instant>)
         });
     }
     stats
+}
+
+/// `op` on the proven root `held` (its rename or rmdir in the namespace); when the kernel refused
+/// (EPERM), once more after clearing the immutable and append-only flags of `held` alone.
+fn unflagged_retry(held: &OwnedFd, op: impl Fn() -> Result<(), Errno>) -> Result<(), Errno> {
+    let first = op();
+    #[cfg(target_os = "linux")]
+    if first == Err(Errno::PERM) && clear_flags(held.as_fd()) {
+        return op();
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = held;
+    first
+}
+
+/// `unlinkat`; when the tree is `owned` and the kernel refused (EPERM), once more after clearing
+/// the immutable and append-only flags of `dir` and of the entry ([`undo_flags`]).
+fn unlink(dir: BorrowedFd<'_>, name: &CStr, flags: AtFlags, owned: bool) -> Result<(), Errno> {
+    let first = rustix::fs::unlinkat(dir, name, flags);
+    #[cfg(target_os = "linux")]
+    if first == Err(Errno::PERM) && owned && undo_flags(dir, name) {
+        return rustix::fs::unlinkat(dir, name, flags);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = owned;
+    first
+}
+
+/// Clears the immutable and append-only flags of the directory `dir` and of its entry `name`,
+/// if that is a regular file or a directory on `dir`'s mount with no other link (a file linked
+/// from elsewhere is not the tree's alone); whether any flag was cleared.
+#[cfg(target_os = "linux")]
+fn undo_flags(dir: BorrowedFd<'_>, name: &CStr) -> bool {
+    let dir_cleared = clear_flags(dir);
+    let entry_cleared = open_sole_entry(dir, name).is_ok_and(|fd| clear_flags(fd.as_fd()));
+    dir_cleared || entry_cleared
+}
+
+/// Clears `FS_IMMUTABLE_FL` and `FS_APPEND_FL` of `fd` (`FS_IOC_SETFLAGS`); whether it did.
+#[cfg(target_os = "linux")]
+fn clear_flags(fd: BorrowedFd<'_>) -> bool {
+    let stuck = IFlags::IMMUTABLE | IFlags::APPEND;
+    match rustix::fs::ioctl_getflags(fd) {
+        Ok(flags) if flags.intersects(stuck) => {
+            rustix::fs::ioctl_setflags(fd, flags - stuck).is_ok()
+        }
+        _ => false,
+    }
+}
+
+/// The entry `name` of `dir`, opened for an ioctl only once an `O_PATH` descriptor (which never
+/// follows a symlink nor opens a device) shows a regular file or directory on `dir`'s device and
+/// mount with a single link; the reopen goes through that descriptor, so it is that inode.
+#[cfg(target_os = "linux")]
+fn open_sole_entry(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
+    let pinned = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&pinned)?;
+    let (dir_id, dir_mnt, _) = identity_of_fd(dir)?;
+    let (_, mnt, _) = identity_of_fd(pinned.as_fd())?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    let sole = match kind {
+        FileType::RegularFile => st.st_nlink == 1,
+        FileType::Directory => true,
+        _ => false,
+    };
+    if !sole || st.st_dev != dir_id.dev || !same_mount(mnt, dir_mnt) {
+        return Err(Errno::PERM);
+    }
+    rustix::fs::open(
+        format!("/proc/self/fd/{}", pinned.as_raw_fd()).as_str(),
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
 }
 
 /// Whether the top-level entry `name` is the marker: a regular file under the marker's name.

@@ -24,40 +24,48 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{LeakPolicy, ProtectSettings, RunConfig};
+use super::{KeepRoot, LeakPolicy, ProtectSettings, RunConfig};
 use crate::contain::ContainMode;
 use crate::env::{self, EnvOptions};
+use crate::error::{Error, Result};
 use crate::lock::{LockRequest, LockScope};
-use crate::namespace::Namespace;
 use crate::protect::{NetMode, ProtectMode};
 use crate::reclaim::Budget;
-use crate::{Error, Result};
 
 /// Time between TERM and KILL on timeout or interrupt (`--grace`).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 /// Time between TERM and KILL for processes that outlive the command (`--leak-grace`).
 pub const DEFAULT_LEAK_GRACE: Duration = Duration::from_millis(500);
+/// How many roots kept on failure stay (`--keep-root-count`): the newest three, as pytest keeps
+/// the base temporary directories of its last three sessions (`tmp_path_retention_count`) —
+/// enough to compare a failure with the ones before it, bounded in disk use.
+pub const DEFAULT_KEEP_ROOT_COUNT: u32 = 3;
 
 impl Default for RunConfig {
     /// The defaults of `cleanroom run`, with no command yet.
     fn default() -> RunConfig {
         RunConfig {
-            namespace: Namespace::default_path(),
+            // Unix's default never fails (`Namespace::default_path` can only on Windows).
+            namespace: crate::namespace::os::euid_default_path(),
             command: Vec::new(),
             timeout: None,
             timeout_signal: rustix::process::Signal::TERM,
             grace: DEFAULT_GRACE,
             leak_grace: DEFAULT_LEAK_GRACE,
             on_leak: LeakPolicy::Warn,
-            keep_root: false,
+            keep_root: KeepRoot::Never,
+            keep_root_count: DEFAULT_KEEP_ROOT_COUNT,
             contain: ContainMode::Auto,
             env: EnvOptions::default(),
             protect: ProtectSettings {
                 mode: ProtectMode::Home,
                 protect_paths: Vec::new(),
                 allow_write: Vec::new(),
+                path_origins: Default::default(),
                 net: NetMode::Host,
                 require: false,
+                private_tmp: true,
+                share_tmp: Vec::new(),
             },
             locks: None,
             gc_budget: Budget::AT_RUN_START,
@@ -133,9 +141,16 @@ impl RunBuilder {
         self
     }
 
-    /// Keeps the root after the run instead of removing it.
-    pub fn keep_root(mut self, keep: bool) -> Self {
-        self.config.keep_root = keep;
+    /// When to keep the root after the run instead of removing it (default: never).
+    pub fn keep_root(mut self, when: KeepRoot) -> Self {
+        self.config.keep_root = when;
+        self
+    }
+
+    /// How many roots kept on failure stay: a root kept with [`KeepRoot::OnFailure`] is
+    /// reclaimed by gc once this many newer ones were kept (at least 1).
+    pub fn keep_root_count(mut self, count: u32) -> Self {
+        self.config.keep_root_count = count;
         self
     }
 
@@ -193,9 +208,33 @@ impl RunBuilder {
         self
     }
 
+    /// Names where a `protect_paths` or `allow_write` entry was given, for the messages about
+    /// it (a config file's `FILE:LINE: run.protect-path[0] =`); by default it is named by its
+    /// option (`--protect-path PATH`).
+    pub fn path_origin(mut self, path: impl Into<PathBuf>, origin: impl Into<String>) -> Self {
+        self.config
+            .protect
+            .path_origins
+            .insert(path.into(), origin.into());
+        self
+    }
+
     /// Network isolation.
     pub fn net(mut self, mode: NetMode) -> Self {
         self.config.protect.net = mode;
+        self
+    }
+
+    /// Gives the command its own `/tmp` and `/var/tmp` (the default under `home` and `strict`);
+    /// `false` leaves it the host's (`--host-tmp`).
+    pub fn private_tmp(mut self, private: bool) -> Self {
+        self.config.protect.private_tmp = private;
+        self
+    }
+
+    /// Paths beneath `/tmp` or `/var/tmp` that stay the host's in a private `/tmp`.
+    pub fn share_tmp<I: IntoIterator<Item = P>, P: Into<PathBuf>>(mut self, paths: I) -> Self {
+        self.config.protect.share_tmp = paths.into_iter().map(Into::into).collect();
         self
     }
 
@@ -238,6 +277,12 @@ impl RunBuilder {
         for pin in &config.env.pins {
             env::validate_pin(pin)?;
         }
+        if config.keep_root_count == 0 {
+            return Err(Error::Invalid(
+                "keep_root_count 0 would keep no root kept on failure (KeepRoot::Never keeps none)"
+                    .into(),
+            ));
+        }
         config.locks = (!self.locks.names.is_empty()).then_some(self.locks);
         Ok(config)
     }
@@ -254,7 +299,10 @@ mod tests {
         assert_eq!(config.grace, DEFAULT_GRACE);
         assert_eq!(config.leak_grace, DEFAULT_LEAK_GRACE);
         assert_eq!(config.protect.mode, ProtectMode::Home);
-        assert_eq!(config.namespace, Namespace::default_path());
+        assert_eq!(
+            config.namespace,
+            crate::namespace::Namespace::default_path().unwrap()
+        );
         assert!(config.locks.is_none());
 
         let config = RunConfig::builder(["true"])

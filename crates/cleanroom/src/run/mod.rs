@@ -10,7 +10,8 @@
 //!    signal kills at once);
 //! 6. whatever is still alive afterwards is a leak: named, TERMed, given a short grace, KILLed;
 //! 7. tell the watchdog the run is over; release locks; remove the cgroup and the root (or keep
-//!    it); reap the watchdog (it exited meanwhile); report.
+//!    it: always, or on failure with why recorded in its marker); reap the watchdog (it exited
+//!    meanwhile); report.
 //!
 //! Invariant: once the root exists, every path out of [`execute`] removes it (or keeps it when
 //! asked), and no process of the run is alive when [`execute`] returns.
@@ -19,7 +20,7 @@ mod builder;
 mod signals;
 mod terminal;
 
-pub use builder::{RunBuilder, DEFAULT_GRACE, DEFAULT_LEAK_GRACE};
+pub use builder::{RunBuilder, DEFAULT_GRACE, DEFAULT_KEEP_ROOT_COUNT, DEFAULT_LEAK_GRACE};
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -31,16 +32,18 @@ use rustix::process::{Signal, WaitOptions};
 
 use crate::contain::{Children, ContainMode, Contained, Container, Scope};
 use crate::env::{self, EnvOptions};
+use crate::error::{Error, Result};
 use crate::lock::{self, LockOwner, LockRequest};
+use crate::marker::Kept;
 use crate::namespace::Namespace;
 use crate::process::ProcessInfo;
 use crate::protect::{NetMode, ProtectMode, Protection, ProtectionRequest};
 use crate::reclaim::{self, Budget};
+use crate::remove::Removal;
 use crate::report::{
     ContainmentInfo, Ending, EnvInfo, ExitInfo, Leak, RunReport, REPORT_SCHEMA, REPORT_VERSION,
 };
 use crate::root::{self, Root, RootOptions};
-use crate::{Error, Result};
 
 use signals::{Received, RunnerSignals};
 
@@ -94,6 +97,19 @@ pub enum LeakPolicy {
     Fail,
 }
 
+/// When the root stays after the run (`--keep-root=WHEN`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeepRoot {
+    /// Removed when the run ends (the default).
+    #[default]
+    Never,
+    /// Kept; gc leaves it until `gc --kept`.
+    Always,
+    /// Kept when the run fails (its exit status is not 0), with why in its marker; gc reclaims
+    /// it once [`RunConfig::keep_root_count`] newer roots were kept on failure.
+    OnFailure,
+}
+
 /// Protection settings of a run (the run fills in the paths it knows).
 #[derive(Clone, Debug)]
 pub struct ProtectSettings {
@@ -103,10 +119,17 @@ pub struct ProtectSettings {
     pub protect_paths: Vec<PathBuf>,
     /// `--allow-write`.
     pub allow_write: Vec<PathBuf>,
+    /// Where entries of the two lists were named, for messages (see
+    /// [`ProtectionRequest::path_origins`]).
+    pub path_origins: std::collections::BTreeMap<PathBuf, String>,
     /// `--net`.
     pub net: NetMode,
     /// `--require-protection`.
     pub require: bool,
+    /// A private `/tmp` and `/var/tmp` (`--host-tmp` turns it off).
+    pub private_tmp: bool,
+    /// `--share-tmp`.
+    pub share_tmp: Vec<PathBuf>,
 }
 
 /// Everything `cleanroom run` was asked to do.
@@ -127,7 +150,9 @@ pub struct RunConfig {
     /// `--on-leak`.
     pub on_leak: LeakPolicy,
     /// `--keep-root`.
-    pub keep_root: bool,
+    pub keep_root: KeepRoot,
+    /// `--keep-root-count`: how many roots kept on failure stay (the newest).
+    pub keep_root_count: u32,
     /// `--contain`.
     pub contain: ContainMode,
     /// Environment options.
@@ -198,7 +223,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         )?,
         None => lock::HeldLocks::default(),
     };
-    let signals = RunnerSignals::block()?;
+    let mut signals = RunnerSignals::block()?;
     let mut container = Container::new(&run_id, config.contain)?;
     tracing::info!(
         "containment: {}{}",
@@ -215,17 +240,21 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         &run_id,
         &RootOptions {
             command: command_text.clone(),
-            keep: config.keep_root,
+            keep: config.keep_root == KeepRoot::Always,
             cgroup: container.cgroup_path().map(|p| p.display().to_string()),
             homes: homes.clone(),
         },
     )?;
     tracing::info!("root: {}", root.path().display());
     let setup = prepare_child(config, &root, &host, events);
-    let (mut child_env, protection) = match setup {
+    let (mut child_env, mut protection) = match setup {
         Ok(v) => v,
         Err(e) => {
-            let removal = root.remove(&ns);
+            // Descriptors may be what ran out: the removal needs some, the container and the
+            // locks need theirs no longer (nothing of the run has started).
+            drop((container, held_locks, ns));
+            signals.close_descriptor();
+            let removal = root.close();
             if !removal.is_removed() {
                 tracing::warn!(
                     "cleanup after a failed setup left {}",
@@ -270,19 +299,28 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     // through copy-on-write faults after it.
     container.arm_watchdog(&run_id);
     let mut outcome = Outcome::default();
-    match container.spawn(&mut command) {
+    // Armed after the watchdog's fork, so only the command's child holds the report's pipe.
+    let setup_report = protection.arm_report().unwrap_or_else(|e| {
+        tracing::debug!("no report of the sandbox's best-effort steps: {e}");
+        None
+    });
+    let spawned = container.spawn(&mut command);
+    if let Some(report) = setup_report {
+        for warning in protection.settle(report) {
+            events(Event::Warning(&warning));
+        }
+    }
+    match spawned {
         Ok(main) => {
             container.started(main);
+            if let Some((relay, socket)) = foreground.as_ref().and_then(|fg| fg.relay_keys(main)) {
+                container.keep(relay.pid());
+                signals.watch_keys(relay, socket);
+            }
             supervise(config, &container, &signals, main, &mut outcome);
         }
         Err(e) => {
-            let status = match e.kind() {
-                std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
-                std::io::ErrorKind::PermissionDenied => EXIT_NOT_EXECUTABLE,
-                _ if e.raw_os_error() == Some(libc::ENOEXEC) => EXIT_NOT_EXECUTABLE,
-                _ => EXIT_OWN_FAILURE,
-            };
-            let message = format!("cannot run {}: {e}", command_text[0]);
+            let (status, message) = spawn_failure(&e, &protection, &command_text[0]);
             events(Event::SpawnFailed(&message));
             outcome.spawn_failure = Some(status);
         }
@@ -290,10 +328,20 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     if let Some(fg) = &foreground {
         fg.restore();
     }
-    drop(held_locks);
-
+    // Descriptors may be what ran out (the spawn failed for want of them): what only the spawn
+    // needed (the Landlock ruleset, the terminal), the locks and the namespace's handle are
+    // given back before the removal needs its own.
     // Survivors: the kill loop gave up; the cgroup and the root stay for gc to retry.
     let survived = !outcome.survivors.is_empty();
+    let tmp = if survived {
+        Vec::new()
+    } else {
+        protection.tmp_left()
+    };
+    let protection_status = protection.status().clone();
+    drop((command, protection, foreground, held_locks, ns));
+    signals.close_descriptor();
+
     if survived {
         container.left_survivors();
     }
@@ -309,26 +357,17 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         watchdog_lost: watchdog_lost.map(str::to_owned),
     };
     drop(container);
+    for left in tmp.iter().filter(|left| left.entries > 0) {
+        tracing::info!("{left}, removed with the root");
+    }
     let root_path = root.path().to_path_buf();
-    let cleanup = if config.keep_root {
-        root.keep();
-        None
-    } else if survived {
-        tracing::error!(
-            "root {} left for gc: processes of the run survived",
-            root_path.display()
-        );
-        root.leave();
-        None
-    } else {
-        Some(root.remove(&ns))
-    };
+    let (cleanup, kept_root) = finish_root(root, config, exit.status, survived, events);
     if let Some(watchdog) = watchdog {
         watchdog.disarm();
     }
     // Signals stay blocked until the root is gone, so an impatient Ctrl-C cannot cut the removal
     // short; what arrived meanwhile is discarded rather than delivered when the mask is restored.
-    signals.drain();
+    signals.discard();
     drop(signals);
     Ok(RunReport {
         schema: REPORT_SCHEMA,
@@ -340,12 +379,13 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
         duration_ms: started.elapsed().as_millis() as u64,
         exit,
         containment,
-        protection: protection.status().clone(),
+        protection: protection_status,
+        tmp,
         leaks: outcome.leaks,
         killed: outcome.killed,
         survivors: outcome.survivors,
         cleanup,
-        kept_root: config.keep_root,
+        kept_root,
         gc,
         env: EnvInfo {
             toolchain: child_env.facts.toolchain,
@@ -353,6 +393,68 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
             dropped: child_env.dropped,
         },
     })
+}
+
+/// The exit status and message of a spawn that failed with `e`: the sandbox's set-up, named by
+/// its step and path, is cleanroom's own failure (125); a command that could not be found or
+/// executed is 127 or 126.
+fn spawn_failure(e: &std::io::Error, protection: &Protection, program: &str) -> (u8, String) {
+    if let Some(what) = protection.explain(e) {
+        return (
+            EXIT_OWN_FAILURE,
+            format!("cannot set up the sandbox of {program}: cannot {what}"),
+        );
+    }
+    let status = match e.kind() {
+        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+        std::io::ErrorKind::PermissionDenied => EXIT_NOT_EXECUTABLE,
+        _ if e.raw_os_error() == Some(libc::ENOEXEC) => EXIT_NOT_EXECUTABLE,
+        _ => EXIT_OWN_FAILURE,
+    };
+    (status, format!("cannot run {program}: {e}"))
+}
+
+/// The end of the root once its run is over: kept (always, or on failure with why recorded in
+/// its marker), left for gc (processes of the run survived), or removed. Returns the removal,
+/// when one was made, and whether the root was kept.
+fn finish_root(
+    mut root: Root,
+    config: &RunConfig,
+    exit_status: u8,
+    survived: bool,
+    events: &mut dyn FnMut(Event<'_>),
+) -> (Option<Removal>, bool) {
+    match config.keep_root {
+        KeepRoot::Always => {
+            root.keep();
+            return (None, true);
+        }
+        KeepRoot::OnFailure if exit_status != 0 => {
+            let kept = Kept::OnFailure {
+                exit_status,
+                retain: config.keep_root_count,
+            };
+            match root.record_kept(kept) {
+                Ok(()) => {
+                    root.keep();
+                    return (None, true);
+                }
+                Err(e) => events(Event::Warning(&format!(
+                    "could not keep the root of the failed run: {e}; it is removed instead"
+                ))),
+            }
+        }
+        KeepRoot::OnFailure | KeepRoot::Never => {}
+    }
+    if survived {
+        tracing::error!(
+            "root {} left for gc: processes of the run survived",
+            root.path().display()
+        );
+        root.leave();
+        return (None, false);
+    }
+    (Some(root.close()), false)
 }
 
 /// Environment and protection: everything between the root and the spawn.
@@ -369,8 +471,13 @@ fn prepare_child(
         .protect_paths
         .clone_from(&config.protect.protect_paths);
     request.allow_write.clone_from(&config.protect.allow_write);
+    request
+        .path_origins
+        .clone_from(&config.protect.path_origins);
     request.net = config.protect.net;
     request.require = config.protect.require;
+    request.private_tmp = config.protect.private_tmp;
+    request.share_tmp.clone_from(&config.protect.share_tmp);
     let protection = Protection::prepare(&request)?;
     let status = protection.status();
     for warning in &status.warnings {
@@ -449,8 +556,11 @@ impl Outcome {
 /// holds only kept children, no descendant is left either.
 fn reap_children(container: &Container, main: i32, main_status: &mut Option<i32>) -> Children {
     container.check_watchdog();
-    let me = std::process::id() as i32;
+    let me = std::process::id();
     for child in crate::process::children(me) {
+        let Ok(child) = libc::pid_t::try_from(child) else {
+            continue;
+        };
         let Some(pid) = rustix::process::Pid::from_raw(child) else {
             continue;
         };

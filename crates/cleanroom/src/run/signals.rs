@@ -5,20 +5,39 @@
 //! mask. The standard library does not reset the mask between fork and exec (the child of a
 //! blocked runner would otherwise never see the TERM of a timeout or a forwarded Ctrl-C), so the
 //! run installs `contain::reset_signals_on_exec`.
+//!
+//! With the command in the terminal's foreground, Ctrl-C and Ctrl-\ reach the command's group,
+//! not the runner: a [`KeyRelay`] tells the runner of them, and one the command's group leaves
+//! unhandled (it ignores it) counts as that signal sent to the runner; one it handles is its own.
 
+use std::cell::Cell;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use crate::{Error, Result};
+use super::terminal::KeyRelay;
+use crate::error::{Error, Result};
 
 /// Signals forwarded to the run.
 pub const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 /// Blocked signals, readable through a descriptor.
 pub struct RunnerSignals {
-    fd: OwnedFd,
+    /// The signalfd; `None` once closed (the signals stay blocked).
+    fd: Option<OwnedFd>,
+    /// The blocked signals.
+    set: libc::sigset_t,
     previous: libc::sigset_t,
     previous_sigchld: libc::sigaction,
+    /// The terminal's keys, relayed from the command's group (see [`KeyRelay`]).
+    keys: Option<TypedKeys>,
+}
+
+/// A relay and the runner's end of its socket.
+struct TypedKeys {
+    relay: KeyRelay,
+    socket: OwnedFd,
+    /// Until the socket reaches its end (the relay died: killed with the command's group).
+    open: Cell<bool>,
 }
 
 /// What the runner was told.
@@ -65,19 +84,35 @@ impl RunnerSignals {
                 return Err(Error::sys("open signalfd", err));
             }
             Ok(RunnerSignals {
-                fd: OwnedFd::from_raw_fd(fd),
+                fd: Some(OwnedFd::from_raw_fd(fd)),
+                set,
                 previous,
                 previous_sigchld,
+                keys: None,
             })
         }
     }
 
+    /// Also reads the keys `relay` passes on through `socket` (the runner's non-blocking end);
+    /// the relay is stopped when these signals are dropped.
+    pub fn watch_keys(&mut self, relay: KeyRelay, socket: OwnedFd) {
+        self.keys = Some(TypedKeys {
+            relay,
+            socket,
+            open: Cell::new(true),
+        });
+    }
+
     /// Waits up to `timeout` (forever when `None`) and returns what arrived, possibly nothing.
     pub fn wait(&self, timeout: Option<Duration>) -> Vec<Received> {
-        let mut pollfd = [rustix::event::PollFd::new(
-            &self.fd,
-            rustix::event::PollFlags::IN,
-        )];
+        let Some(fd) = &self.fd else {
+            return Vec::new();
+        };
+        let readable = rustix::event::PollFlags::IN;
+        let mut pollfd = vec![rustix::event::PollFd::new(fd, readable)];
+        if let Some(keys) = self.keys.as_ref().filter(|keys| keys.open.get()) {
+            pollfd.push(rustix::event::PollFd::new(&keys.socket, readable));
+        }
         let timeout = timeout.map(|t| {
             rustix::event::Timespec::try_from(t).unwrap_or(rustix::event::Timespec {
                 tv_sec: i64::MAX / 2,
@@ -90,7 +125,10 @@ impl RunnerSignals {
 
     /// Reads every pending signal without waiting.
     pub fn drain(&self) -> Vec<Received> {
-        let mut out = Vec::new();
+        let mut out = self.typed();
+        let Some(fd) = &self.fd else {
+            return out;
+        };
         loop {
             // SAFETY: signalfd_siginfo is plain data; read(2) fills at most its size.
             let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
@@ -98,7 +136,7 @@ impl RunnerSignals {
             // SAFETY: the buffer is valid for `size` bytes and the descriptor is ours.
             let n = unsafe {
                 libc::read(
-                    self.fd.as_fd().as_raw_fd(),
+                    fd.as_fd().as_raw_fd(),
                     (&mut info as *mut libc::signalfd_siginfo).cast(),
                     size,
                 )
@@ -114,10 +152,67 @@ impl RunnerSignals {
             });
         }
     }
+
+    /// Closes the signalfd once nothing more is waited for (the end of a run, whose removal may
+    /// need the descriptor); the signals stay blocked, and what arrives is left pending for
+    /// [`RunnerSignals::discard`].
+    pub fn close_descriptor(&mut self) {
+        self.fd = None;
+    }
+
+    /// Discards every pending signal of the blocked set without waiting (no descriptor needed),
+    /// so that restoring the mask delivers none of them.
+    pub fn discard(&self) {
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: sigtimedwait only reads the set and the timeout; a null info is allowed.
+        while unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &zero) } > 0 {}
+    }
+
+    /// The keys relayed since the last look that the command's group leaves unhandled, as
+    /// signals to the runner.
+    fn typed(&self) -> Vec<Received> {
+        let mut out = Vec::new();
+        let Some(keys) = self.keys.as_ref().filter(|keys| keys.open.get()) else {
+            return out;
+        };
+        let mut bytes = [0u8; 16];
+        loop {
+            match rustix::io::read(&keys.socket, &mut bytes) {
+                Ok(0) => {
+                    keys.open.set(false);
+                    return out;
+                }
+                Ok(n) => {
+                    for &byte in &bytes[..n] {
+                        let signal = libc::c_int::from(byte);
+                        if keys.relay.left_to_the_command(signal) {
+                            tracing::info!(
+                                "signal {signal} typed at the terminal: the command handles it"
+                            );
+                        } else {
+                            tracing::info!(
+                                "signal {signal} typed at the terminal, which the command \
+                                 ignores: taken as a signal to the runner"
+                            );
+                            out.push(Received::Forward(signal));
+                        }
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return out,
+            }
+        }
+    }
 }
 
 impl Drop for RunnerSignals {
     fn drop(&mut self) {
+        if let Some(keys) = self.keys.take() {
+            keys.relay.stop();
+        }
         // SAFETY: restores the mask and SIGCHLD action saved in `block`.
         unsafe {
             libc::sigaction(libc::SIGCHLD, &self.previous_sigchld, std::ptr::null_mut());

@@ -24,12 +24,12 @@ use windows_sys::Win32::System::Threading::WaitForSingleObject;
 
 use crate::contain::Job;
 use crate::env::{self, EnvOptions};
+use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::process::ProcessInfo;
 use crate::reclaim::{self, GcOptions, GcSummary};
 use crate::remove::Removal;
 use crate::root::{Root, RootOptions};
-use crate::{Error, Result};
 
 /// Exit status on timeout (as timeout(1)).
 pub const EXIT_TIMEOUT: i32 = 124;
@@ -107,7 +107,10 @@ pub struct RunOutcome {
 /// Console control events seen by the runner.
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
 
-unsafe extern "system" fn on_console_event(event: u32) -> i32 {
+/// The console control handler (Windows calls it on a thread of its own): counts Ctrl-C and
+/// Ctrl-Break for the runner. A safe function: it touches only an atomic, so no call can be
+/// unsound.
+extern "system" fn on_console_event(event: u32) -> i32 {
     if event == CTRL_C_EVENT || event == CTRL_BREAK_EVENT {
         INTERRUPTS.fetch_add(1, Ordering::SeqCst);
         return 1;
@@ -159,6 +162,7 @@ pub fn execute(config: &RunConfig) -> Result<RunOutcome> {
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect(),
             keep: config.keep_root,
+            cgroup: None,
             homes: env::homes_needed(&host, &config.env.pins),
         },
     )?;

@@ -1,10 +1,14 @@
 //! Helpers shared by the protection tests of this crate: who a child runs as, the `try` shell
 //! function that prints whether each write was allowed, the verdict checks, and the scenario
-//! runner for process-wide test switches; counted skips (`skip`).
+//! runner for process-wide test switches; counted skips (`skip`); binaries and directories
+//! made reachable by uid 65534 (`reach`).
 
 #![allow(dead_code)]
 
+mod reach;
 mod skip;
+#[allow(unused_imports)]
+pub use reach::*;
 #[allow(unused_imports)]
 pub use skip::*;
 

@@ -1,49 +1,40 @@
 //! What a sandboxed child does between fork and exec: enter its namespaces, set up its mounts,
-//! drop what could undo them, restrict itself with Landlock ([`apply`]); or join namespaces a
-//! holder set up once and restrict itself with a ruleset built outside ([`join`]).
+//! drop what could undo them, restrict itself with Landlock ([`Steps::apply`]); or join
+//! namespaces a holder set up once, bind the host paths it needs from the holder's copies of the
+//! host's private directories, and restrict itself with a ruleset built outside.
 //!
 //! Invariant: everything here runs after fork, in a child of a possibly multi-threaded parent,
 //! so it makes only raw, async-signal-safe system calls on data prepared before the fork (paths
 //! as `CString`s, descriptor slots as atomics) or on the stack; it never allocates, locks or
 //! touches Rust's standard I/O. The order is fixed: namespaces, then mounts, then capabilities,
 //! then Landlock, because a Landlock domain forbids every later mount and may forbid writing
-//! `/proc/self/uid_map`.
+//! `/proc/self/uid_map`. A failure names its stage ([`report::failed`]), so the parent can say
+//! which step on which path went wrong.
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
-/// `CAP_NET_ADMIN` and `CAP_SYS_ADMIN` from `<linux/capability.h>`.
+use super::mounts::{self, Within};
+use super::report::{self, failed, Outcome, Stage};
+
+/// `CAP_DAC_READ_SEARCH`, `CAP_LINUX_IMMUTABLE`, `CAP_NET_ADMIN` and `CAP_SYS_ADMIN` from
+/// `<linux/capability.h>`.
+const CAP_DAC_READ_SEARCH: libc::c_int = 2;
+const CAP_LINUX_IMMUTABLE: libc::c_int = 9;
 const CAP_NET_ADMIN: libc::c_int = 12;
 const CAP_SYS_ADMIN: libc::c_int = 21;
+/// `_LINUX_CAPABILITY_VERSION_3` from `<linux/capability.h>`: two 32-bit words per set.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// `PR_CAP_AMBIENT` and `PR_CAP_AMBIENT_CLEAR_ALL` from `<linux/prctl.h>`.
 const PR_CAP_AMBIENT: libc::c_int = 47;
 const PR_CAP_AMBIENT_CLEAR_ALL: libc::c_ulong = 4;
-/// `AT_RECURSIVE` from `<linux/fcntl.h>`.
-const AT_RECURSIVE: libc::c_uint = 0x8000;
-/// `OPEN_TREE_CLONE` and `OPEN_TREE_CLOEXEC` from `<linux/mount.h>`.
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-const OPEN_TREE_CLOEXEC: libc::c_uint = libc::O_CLOEXEC as libc::c_uint;
-/// `MOVE_MOUNT_F_EMPTY_PATH` from `<linux/mount.h>`.
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
-/// `MOUNT_ATTR_RDONLY` and `MOUNT_ATTR_NODEV` from `<linux/mount.h>`.
-const MOUNT_ATTR_RDONLY: u64 = 1;
-const MOUNT_ATTR_NODEV: u64 = 4;
 /// `LANDLOCK_RULE_PATH_BENEATH` from `<linux/landlock.h>`.
 const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
 /// The largest working directory the child re-enters after its mounts (PATH_MAX).
 const CWD_MAX: usize = 4096;
-
-/// `struct mount_attr` of `mount_setattr(2)`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 /// `struct landlock_ruleset_attr`, first field only (the kernel accepts the shorter size).
 #[repr(C)]
@@ -59,33 +50,81 @@ struct PathBeneathAttr {
 }
 
 /// The Landlock ruleset the child builds for itself just before it restricts itself: the
-/// rights it handles, rules on paths the parent opened, and rules on paths the child opens after
-/// its mounts (a fresh tmpfs or sysfs has new inodes, and Landlock ignores the rules of the
-/// mount points they cover).
+/// rights it handles, rules on paths the parent opened (with their paths, for a child that
+/// joins namespaces where some of them are covered by private mounts, see [`Steps::Within`]),
+/// and rules on paths the child opens after its mounts (a fresh tmpfs, sysfs or overlay has new
+/// inodes, and Landlock ignores the rules of the mount points they cover).
 #[derive(Debug)]
 pub(crate) struct LandlockPlan {
     pub handled: u64,
-    pub rules: Vec<(OwnedFd, u64)>,
+    pub rules: Vec<EarlyRule>,
     pub late_rules: Vec<(CString, u64)>,
+    /// Rules on mounts the child makes without a path, by descriptor slot (the mqueue
+    /// filesystem of its own IPC namespace where the host has no `/dev/mqueue`).
+    pub slot_rules: Vec<(usize, u64)>,
 }
 
-/// One step of the child's mount setup, in order.
+/// A Landlock rule on a path the parent opened.
+#[derive(Debug)]
+pub(crate) struct EarlyRule {
+    pub fd: OwnedFd,
+    pub rights: u64,
+    pub path: CString,
+}
+
+/// The file a path named when the parent planned a step on it (device and inode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// One step of the child's mount setup, in order. Every path is resolved without following a
+/// symlink or a magic link.
 #[derive(Debug)]
 pub(crate) enum MountStep {
     /// Takes a detached recursive copy of the tree at `path` as it is now (before any other
-    /// step changed it) into descriptor slot `slot`, for [`MountStep::Expose`].
-    Keep { path: CString, slot: usize },
-    /// Bind-mounts `path` onto itself and makes the whole subtree read-only.
+    /// step changed it) into descriptor slot `slot`, for [`MountStep::Expose`]; `path` must
+    /// still be `identity` when one is given. `best_effort` (a host mount beneath a private
+    /// directory): one that cannot be reached or copied leaves the slot empty instead of failing.
+    Keep {
+        path: CString,
+        slot: usize,
+        identity: Option<Identity>,
+        best_effort: bool,
+    },
+    /// Makes the tree at `path` read-only (a read-only copy of it on top).
     ReadOnly { path: CString },
-    /// Covers the directory `path` with an empty, read-only tmpfs with mode 000.
-    HideDir { path: CString },
-    /// Covers the file `path` with a bind mount of `/dev/null`, read-only and `nodev` (so
-    /// opening it fails).
-    HideFile { path: CString },
-    /// Puts the copy kept in `slot` back at `path`, over whatever read-only mount covers it.
+    /// Covers `path`: a directory with an empty, read-only tmpfs of mode 000, a file with a
+    /// read-only, `nodev` copy of `/dev/null` (so opening it fails).
+    Hide { path: CString },
+    /// Puts the copy kept in `slot` back at `path`, over whatever covers it. An empty slot (a
+    /// best-effort keep that failed) covers `path` instead, so what lies beneath the host's
+    /// mount there is not shown, or, where the child cannot reach `path` (nor can the command,
+    /// with the same identity), leaves it; either is reported ([`Outcome`]).
     Expose { path: CString, slot: usize },
     /// Mounts a fresh, private tmpfs (mode 1777) at `path` (`/dev/shm`).
     Tmpfs { path: CString },
+    /// Mounts an overlay at `target` with the options `data` (the host's directory at `target`
+    /// as its lower layer, upper and work directories in the run's root): a private `/tmp`.
+    Overlay { target: CString, data: CString },
+    /// Binds the directory `source` (in the run's root) onto `target`, `nosuid` and `nodev`: a
+    /// private `/tmp` that was empty on the host.
+    Bind { source: CString, target: CString },
+    /// Makes a mount of the mqueue filesystem of the child's own IPC namespace into `slot` (its
+    /// root is that of the filesystem `mq_open` uses, so a Landlock rule on it grants the run's
+    /// own queues), and attaches it at `path` (`/dev/mqueue`) when the host has one.
+    Mqueue { path: Option<CString>, slot: usize },
+    /// Takes a read-only copy of the socket file at `path` (still `identity`) into `slot`. Best
+    /// effort: a socket that is gone or replaced leaves the slot empty.
+    KeepSocket {
+        path: CString,
+        slot: usize,
+        identity: Identity,
+    },
+    /// Puts the socket copy of `slot` over the same path, so the host's listener answers there.
+    /// Best effort, as [`MountStep::KeepSocket`]; a socket not bound is reported.
+    ExposeSocket { path: CString, slot: usize },
     /// Creates the directory `path` (mode 0755) as a mount point inside our own tmpfs.
     MakeDir { path: CString },
     /// Creates the empty file `path` (mode 0600) as a mount point inside our own tmpfs.
@@ -93,6 +132,67 @@ pub(crate) enum MountStep {
     /// Replaces `/sys` by a fresh sysfs of the child's network namespace, with the submounts of
     /// the old `/sys` (kept in their slots by earlier [`MountStep::Keep`]s) moved back onto it.
     FreshSysfs { submounts: Vec<(CString, usize)> },
+    /// Attaches at `target` the copy of the host path `relative` (beneath the holder's copy of
+    /// the host's private directory number `tree`, see [`JoinPlan::host_trees`]) that the child
+    /// took into `slot` while it was still in the joined mount namespace (read-only when
+    /// `read_only`); a mount point the private directory lacks is made there.
+    BindHost {
+        tree: usize,
+        relative: CString,
+        target: CString,
+        slot: usize,
+        read_only: bool,
+    },
+    /// A step on a user's path beneath a private directory (the working directory, a
+    /// `--share-tmp` path): made by a child that sets up namespaces of its own; a holder of
+    /// shared namespaces skips it, and each child that joins binds the path itself, from the
+    /// host's tree as it is then ([`MountStep::BindHost`]), so a path the host replaces later
+    /// is followed.
+    UserPath(Box<MountStep>),
+}
+
+impl MountStep {
+    /// What the step does, for an error message.
+    pub fn describe(&self) -> String {
+        let show = |p: &CStr| String::from_utf8_lossy(p.to_bytes()).into_owned();
+        match self {
+            MountStep::Keep { path, .. } => {
+                format!("take a copy of {} (kept the host's)", show(path))
+            }
+            MountStep::ReadOnly { path } => format!("make {} read-only", show(path)),
+            MountStep::Hide { path } => format!("hide {}", show(path)),
+            MountStep::Expose { path, .. } => format!("put the host's {} back", show(path)),
+            MountStep::Tmpfs { path } => format!("mount a private tmpfs on {}", show(path)),
+            MountStep::Overlay { target, .. } => {
+                format!("mount the private overlay on {}", show(target))
+            }
+            MountStep::Bind { target, .. } => format!("bind the private {}", show(target)),
+            MountStep::Mqueue { .. } => "mount the run's mqueue filesystem".into(),
+            MountStep::KeepSocket { path, .. } | MountStep::ExposeSocket { path, .. } => {
+                format!("bind the socket {}", show(path))
+            }
+            MountStep::MakeDir { path } | MountStep::MakeFile { path } => {
+                format!("make the mount point {}", show(path))
+            }
+            MountStep::FreshSysfs { .. } => "mount a fresh /sys".into(),
+            MountStep::BindHost { target, .. } => {
+                format!("bind the host's {} (kept the host's)", show(target))
+            }
+            MountStep::UserPath(step) => step.describe(),
+        }
+    }
+
+    /// The path a reported outcome of this step concerns.
+    pub fn path(&self) -> Option<&CStr> {
+        match self {
+            MountStep::Keep { path, .. }
+            | MountStep::Expose { path, .. }
+            | MountStep::KeepSocket { path, .. }
+            | MountStep::ExposeSocket { path, .. } => Some(path),
+            MountStep::UserPath(step) => step.path(),
+            _ => None,
+        }
+    }
 }
 
 /// Everything the child applies, prepared in the parent.
@@ -102,22 +202,52 @@ pub(crate) struct ChildPlan {
     pub mount_ns: bool,
     /// Enter a new network namespace with loopback up.
     pub net_ns: bool,
+    /// Enter a new IPC namespace (System V objects and POSIX message queues of its own).
+    pub ipc_ns: bool,
     /// Mount steps, in order (only with `mount_ns`).
     pub steps: Vec<MountStep>,
-    /// Descriptor slots of [`MountStep::Keep`].
+    /// Descriptor slots of [`MountStep::Keep`] and the like.
     pub slots: Vec<AtomicI32>,
-    /// The mounts carry protection: drop `CAP_SYS_ADMIN` from the bounding set, so a process
-    /// running as uid 0 cannot clear the read-only flag (`mount_setattr`) or clone the mount
-    /// tree below them (`open_tree`), which Landlock does not stop.
+    /// The mounts carry protection (read-only or hiding paths, or private directories covering
+    /// the host's): drop `CAP_SYS_ADMIN` from the bounding set, so a process running as uid 0
+    /// cannot clear the read-only flag (`mount_setattr`) or clone the mount tree below them
+    /// (`open_tree` without `AT_RECURSIVE` reaches the host's `/tmp` under the private one),
+    /// which Landlock does not stop.
     pub protective_mounts: bool,
+    /// Some mount narrows a path of the host outside the private directories (a read-only
+    /// `.git`): such a plan is never established once for many children, since its mounts would
+    /// not follow a path the host replaces later.
+    pub narrows_host: bool,
+    /// The mount points of fresh private mounts (`/dev/shm`, `/tmp`, `/var/tmp`): a child that
+    /// joins these namespaces opens its own rules beneath them by path (the parent's descriptors
+    /// name the host's inodes they cover).
+    pub private_dirs: Vec<CString>,
+    /// The private `/tmp` and `/var/tmp` over host directories: a holder takes a copy of the
+    /// host's tree at each before mounting, for the children that bind host paths beneath them.
+    pub host_dirs: Vec<CString>,
     /// The Landlock ruleset to restrict the child with.
     pub landlock: Option<LandlockPlan>,
+    /// Where the child writes the outcome of its best-effort steps (-1: nowhere): the write end
+    /// of a pipe armed for one spawn ([`super::report`]).
+    pub report: AtomicI32,
 }
 
 impl ChildPlan {
     /// Whether the child has anything to do.
     pub fn is_empty(&self) -> bool {
-        !self.mount_ns && !self.net_ns && self.landlock.is_none()
+        !self.mount_ns && !self.net_ns && !self.ipc_ns && self.landlock.is_none()
+    }
+
+    /// The `unshare` flags of its namespaces.
+    fn namespace_flags(&self) -> libc::c_int {
+        [
+            (self.mount_ns, libc::CLONE_NEWNS),
+            (self.net_ns, libc::CLONE_NEWNET),
+            (self.ipc_ns, libc::CLONE_NEWIPC),
+        ]
+        .iter()
+        .filter(|(wanted, _)| *wanted)
+        .fold(0, |flags, (_, flag)| flags | flag)
     }
 }
 
@@ -129,12 +259,15 @@ pub(crate) enum Steps {
     /// Joins namespaces a holder set up ([`super::shared`]) and restricts itself with the
     /// ruleset built there.
     Join(Arc<JoinPlan>),
-    /// Joins `outer`'s namespaces (not its ruleset), then sets `inner` up inside them: a
-    /// process with a policy of its own that still belongs to `outer`'s cleanroom (it sees its
-    /// `/dev/shm`).
+    /// Joins `outer`'s namespaces, then makes a mount namespace of its own inside them, with
+    /// `binds` (host paths bound from `outer`'s copies of the host's trees: a working directory
+    /// beneath the private `/tmp`) and `inner`'s own set-up. It restricts itself with `inner`'s
+    /// rules alone when there is an `inner` (a process with a policy of its own that still
+    /// belongs to `outer`'s cleanroom: it sees its `/dev/shm`), else with `outer`'s.
     Within {
         outer: Arc<JoinPlan>,
-        inner: Arc<ChildPlan>,
+        binds: Option<Arc<ChildPlan>>,
+        inner: Option<Arc<ChildPlan>>,
     },
 }
 
@@ -143,10 +276,45 @@ pub(crate) enum Steps {
 pub(crate) struct Drops {
     /// `CAP_SYS_ADMIN`: its mounts carry protection, or it shares a mount namespace, which a
     /// process running as uid 0 could otherwise change for every other (`mount_setattr`,
-    /// `open_tree`: Landlock refuses `mount` and `umount`, not these).
+    /// `open_tree`: Landlock refuses `mount` and `umount`, not these). `CAP_LINUX_IMMUTABLE`
+    /// goes with it: with it a process running as uid 0 could mark a file of its own root
+    /// immutable or append-only (`chattr +i`, `+a`), which the removal must clear first and
+    /// cannot for a file with a link outside the root, which would then outlive the run.
     pub sys_admin: bool,
     /// `CAP_NET_ADMIN`: it shares a network namespace.
     pub net_admin: bool,
+    /// `CAP_DAC_READ_SEARCH`: any sandbox. With it a process running as uid 0 opens a file by
+    /// its handle (`open_by_handle_at`) through any mount of the file's filesystem (a private
+    /// directory's bind, a writable rule's), where Landlock judges it at that mount: past the
+    /// read-only rules and mounts of its real path.
+    pub by_handle: bool,
+}
+
+impl Drops {
+    /// The capabilities dropped, each with its name, in the order reports list them (the one
+    /// table of which flag drops what; no allocation: it runs after fork).
+    pub fn capabilities(self) -> impl Iterator<Item = (libc::c_int, &'static str)> {
+        [
+            (self.net_admin, CAP_NET_ADMIN, "CAP_NET_ADMIN"),
+            (self.sys_admin, CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
+            (self.sys_admin, CAP_LINUX_IMMUTABLE, "CAP_LINUX_IMMUTABLE"),
+            (self.by_handle, CAP_DAC_READ_SEARCH, "CAP_DAC_READ_SEARCH"),
+        ]
+        .into_iter()
+        .filter(|&(dropped, ..)| dropped)
+        .map(|(_, capability, name)| (capability, name))
+    }
+}
+
+/// What the calling process is when it sets up namespaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// A child making its own namespaces.
+    Own,
+    /// A holder of namespaces many children join: it skips [`MountStep::UserPath`] steps.
+    Holder,
+    /// A child inside joined namespaces.
+    Joined,
 }
 
 impl Steps {
@@ -161,46 +329,116 @@ impl Steps {
 
     /// What the child drops from its bounding set.
     pub fn drops(&self) -> Drops {
-        match self {
+        let by_handle = !self.is_empty();
+        let drops = match self {
             Steps::Own(plan) => Drops {
                 sys_admin: plan.protective_mounts,
-                net_admin: false,
+                ..Drops::default()
             },
             Steps::Join(plan) => plan.shared(),
-            Steps::Within { outer, inner } => {
+            Steps::Within { outer, inner, .. } => {
                 let shared = outer.shared();
                 // A mount namespace of its own is a copy of the shared one: its mounts are its
                 // own, their superblocks (the shared `/dev/shm`'s tmpfs) are not.
                 Drops {
-                    sys_admin: inner.protective_mounts || shared.sys_admin,
-                    net_admin: shared.net_admin && !inner.net_ns,
+                    sys_admin: inner.as_ref().is_some_and(|p| p.protective_mounts)
+                        || shared.sys_admin,
+                    net_admin: shared.net_admin && !inner.as_ref().is_some_and(|p| p.net_ns),
+                    ..Drops::default()
                 }
             }
-        }
+        };
+        Drops { by_handle, ..drops }
     }
 
     /// Applies the steps to the calling process: namespaces, then mounts, then capabilities,
-    /// then Landlock. Runs after fork: raw system calls only.
+    /// then Landlock. Runs after fork: raw system calls only; an error carries its stage.
     pub fn apply(&self) -> io::Result<()> {
         match self {
-            Steps::Own(plan) => enter(plan, Privilege::AsRootOnly)?,
-            Steps::Join(plan) => join(plan)?,
-            Steps::Within { outer, inner } => {
-                join(outer)?;
-                enter(inner, Privilege::InJoinedNamespace)?;
+            Steps::Own(plan) => {
+                let report = plan.report.load(Ordering::Relaxed);
+                enter(&[Some(plan.as_ref())], Role::Own, &mut [], report)?;
+            }
+            Steps::Join(plan) => join(plan).map_err(|e| failed(Stage::Join, e))?,
+            Steps::Within {
+                outer,
+                binds,
+                inner,
+            } => {
+                join(outer).map_err(|e| failed(Stage::Join, e))?;
+                if let Some(binds) = binds {
+                    copy_host_paths(binds, &outer.host_trees)?;
+                }
+                enter(
+                    &[binds.as_deref(), inner.as_deref()],
+                    Role::Joined,
+                    &mut [],
+                    -1,
+                )?;
             }
         }
-        drop_capabilities(self.drops())?;
+        drop_capabilities(self.drops()).map_err(|e| failed(Stage::Capabilities, e))?;
+        self.restrict().map_err(|e| failed(Stage::Landlock, e))
+    }
+
+    /// Restricts the calling process with its Landlock ruleset.
+    fn restrict(&self) -> io::Result<()> {
         match self {
-            Steps::Own(plan) | Steps::Within { inner: plan, .. } => match &plan.landlock {
-                Some(landlock) => enforce(&build_ruleset(landlock, &open_path)?),
+            Steps::Own(plan) => match &plan.landlock {
+                Some(landlock) => {
+                    let ruleset = build_ruleset(landlock, &open_path, &[])?;
+                    add_slot_rules(&ruleset, landlock, &plan.slots)?;
+                    enforce(&ruleset)
+                }
                 None => Ok(()),
             },
-            Steps::Join(plan) => match &plan.ruleset {
+            Steps::Within {
+                outer,
+                inner: Some(inner),
+                ..
+            } => match &inner.landlock {
+                Some(landlock) => {
+                    enforce(&build_ruleset(landlock, &open_path, &outer.private_dirs)?)
+                }
+                None => Ok(()),
+            },
+            Steps::Join(outer) | Steps::Within { outer, .. } => match &outer.ruleset {
                 Some(ruleset) => enforce(ruleset),
                 None => Ok(()),
             },
         }
+    }
+
+    /// The mount step a stage or an outcome counts (over the plans applied, in order).
+    pub fn step(&self, index: usize) -> Option<&MountStep> {
+        let plans: [Option<&ChildPlan>; 2] = match self {
+            Steps::Own(plan) => [Some(plan), None],
+            Steps::Join(_) => [None, None],
+            Steps::Within { binds, inner, .. } => [binds.as_deref(), inner.as_deref()],
+        };
+        plans
+            .into_iter()
+            .flatten()
+            .flat_map(|plan| plan.steps.iter())
+            .nth(index)
+    }
+
+    /// What went wrong, when `err` is the failure of a stage of these steps (the error a spawn
+    /// returns when the child failed before exec).
+    pub fn explain(&self, err: &io::Error) -> Option<String> {
+        let (stage, errno) = report::decode(err.raw_os_error()?)?;
+        let what = match stage {
+            Stage::Join => "join the sandbox's shared namespaces".to_string(),
+            Stage::Namespaces => "make the sandbox's namespaces".to_string(),
+            Stage::Propagation => "make the sandbox's mounts private".to_string(),
+            Stage::WorkingDirectory => "re-enter the working directory".to_string(),
+            Stage::Capabilities => "drop capabilities".to_string(),
+            Stage::Landlock => "apply the Landlock ruleset".to_string(),
+            Stage::Step(i) => self
+                .step(i)
+                .map_or_else(|| format!("apply mount step {i}"), MountStep::describe),
+        };
+        Some(format!("{what}: {errno}"))
     }
 }
 
@@ -214,30 +452,89 @@ pub(crate) enum Privilege {
     InJoinedNamespace,
 }
 
-/// Enters the namespaces of `plan` and makes its mounts: what a child with its own sandbox does
-/// before it drops capabilities and restricts itself, and all a holder of shared namespaces
-/// does ([`super::shared`]).
-pub(crate) fn enter(plan: &ChildPlan, privilege: Privilege) -> io::Result<()> {
-    if plan.mount_ns || plan.net_ns {
-        let mut flags = 0;
-        if plan.mount_ns {
-            flags |= libc::CLONE_NEWNS;
-        }
-        if plan.net_ns {
-            flags |= libc::CLONE_NEWNET;
-        }
-        enter_namespaces(flags, privilege)?;
+/// Enters the namespaces of `plans` (together) and makes their mounts in order, writing the
+/// outcome of best-effort steps to `report`. A holder first takes a copy of the host's tree at
+/// each of the plan's host directories into `held` (before anything is mounted over them).
+fn enter(
+    plans: &[Option<&ChildPlan>],
+    role: Role,
+    held: &mut [RawFd],
+    report: RawFd,
+) -> io::Result<()> {
+    let mut flags = 0;
+    let mut net = false;
+    for plan in plans.iter().flatten() {
+        flags |= plan.namespace_flags();
+        net |= plan.net_ns;
     }
-    if plan.net_ns {
-        loopback_up()?;
+    if flags != 0 {
+        let privilege = match role {
+            Role::Joined => Privilege::InJoinedNamespace,
+            Role::Own | Role::Holder => Privilege::AsRootOnly,
+        };
+        enter_namespaces(flags, privilege).map_err(|e| failed(Stage::Namespaces, e))?;
     }
-    if plan.mount_ns {
-        // Host mounts keep propagating in; ours never propagate out.
-        mount(None, c"/", None, libc::MS_REC | libc::MS_SLAVE, None)?;
+    if net {
+        loopback_up().map_err(|e| failed(Stage::Namespaces, e))?;
+    }
+    if flags & libc::CLONE_NEWNS == 0 {
+        return Ok(());
+    }
+    // Host mounts keep propagating in; ours never propagate out.
+    mounts::mount(None, c"/", None, libc::MS_REC | libc::MS_SLAVE, None)
+        .map_err(|e| failed(Stage::Propagation, e))?;
+    let mut index = 0;
+    for plan in plans.iter().flatten() {
+        for (dir, slot) in plan.host_dirs.iter().zip(held.iter_mut()) {
+            let tree = mounts::copy_path(dir).map_err(|e| failed(Stage::Namespaces, e))?;
+            *slot = tree.into_raw_fd();
+        }
         for step in &plan.steps {
-            apply_step(step, &plan.slots)?;
+            apply_step(step, plan, role, report, index)
+                .map_err(|e| failed(Stage::Step(index), e))?;
+            index += 1;
         }
-        reenter_cwd()?;
+    }
+    reenter_cwd().map_err(|e| failed(Stage::WorkingDirectory, e))
+}
+
+/// What a holder of shared namespaces does ([`super::shared`]): enters `plan`'s namespaces with
+/// a copy of the host's tree at each of its host directories taken into `held` first, and makes
+/// its mounts but those on users' paths; outcomes go to `report`.
+pub(crate) fn enter_as_holder(
+    plan: &ChildPlan,
+    held: &mut [RawFd],
+    report: RawFd,
+) -> io::Result<()> {
+    enter(&[Some(plan)], Role::Holder, held, report)
+}
+
+/// Takes, while still in the joined mount namespace (the copies of `trees` may be copied only
+/// from there), a copy of each host path `binds` attaches later.
+fn copy_host_paths(binds: &ChildPlan, trees: &[(CString, OwnedFd)]) -> io::Result<()> {
+    for (index, step) in binds.steps.iter().enumerate() {
+        if let MountStep::BindHost {
+            tree,
+            relative,
+            slot,
+            read_only,
+            ..
+        } = step
+        {
+            let copy = (|| {
+                let (_, tree) = trees
+                    .get(*tree)
+                    .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+                let source = mounts::open_path(tree.as_raw_fd(), relative, Within::Beneath)?;
+                let copy = mounts::copy_tree(source.as_raw_fd(), true)?;
+                if *read_only {
+                    mounts::set_tree_attributes(copy.as_raw_fd(), mounts::MOUNT_ATTR_RDONLY)?;
+                }
+                Ok(copy)
+            })()
+            .map_err(|e| failed(Stage::Step(index), e))?;
+            binds.slots[*slot].store(copy.into_raw_fd(), Ordering::Relaxed);
+        }
     }
     Ok(())
 }
@@ -251,6 +548,16 @@ pub(crate) struct JoinPlan {
     pub namespaces: Vec<(OwnedFd, libc::c_int)>,
     /// The Landlock ruleset to restrict the child with.
     pub ruleset: Option<OwnedFd>,
+    /// The mount points of the private mounts in the joined mount namespace (see
+    /// [`ChildPlan::private_dirs`]).
+    pub private_dirs: Vec<CString>,
+    /// The joined mount namespace, seen through its root directory (taken from the holder
+    /// before it exited), for lookups by threads that cannot join it.
+    pub view: crate::protect::view::View,
+    /// The holder's detached copies of the host's trees at the private `/tmp` and `/var/tmp`
+    /// (taken in the joined mount namespace before they were mounted over, so a child in it may
+    /// copy host paths out of them: Linux 6.15), with their directories.
+    pub host_trees: Vec<(CString, OwnedFd)>,
 }
 
 impl JoinPlan {
@@ -264,6 +571,7 @@ impl JoinPlan {
         Drops {
             sys_admin: self.joins(libc::CLONE_NEWNS),
             net_admin: self.joins(libc::CLONE_NEWNET),
+            ..Drops::default()
         }
     }
 }
@@ -291,37 +599,97 @@ fn join(plan: &JoinPlan) -> io::Result<()> {
     Ok(())
 }
 
-/// Drops `drops` from the bounding set (a process running as uid 0 has them until exec).
+/// Drops `drops` from the bounding set (a process running as uid 0 has them until exec) and
+/// from the effective, permitted and inheritable sets (the bounding set does not limit the
+/// inheritable set, which a process running as uid 0 carries into its permitted set at exec).
 /// Only a process running as uid 0 fails on a refusal: an ordinary user's command gets no
 /// capability at exec anyway.
 fn drop_capabilities(drops: Drops) -> io::Result<()> {
-    if drops != Drops::default() {
-        // The bounding set does not limit the ambient set, which a non-root process keeps
-        // across exec. SAFETY: prctl with integer arguments only; a kernel without ambient
-        // capabilities (EINVAL) has nothing to clear.
-        unsafe { libc::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    if drops == Drops::default() {
+        return Ok(());
     }
-    let dropped = [
-        (drops.sys_admin, CAP_SYS_ADMIN),
-        (drops.net_admin, CAP_NET_ADMIN),
-    ];
-    for (_, capability) in dropped.into_iter().filter(|&(drop, _)| drop) {
-        // SAFETY: prctl with PR_CAPBSET_DROP takes integer arguments only; geteuid takes none.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } != 0
-            && unsafe { libc::geteuid() } == 0
-        {
-            return Err(io::Error::last_os_error());
+    // The bounding set does not limit the ambient set, which a non-root process keeps across
+    // exec. SAFETY: prctl with integer arguments only; a kernel without ambient capabilities
+    // (EINVAL) has nothing to clear.
+    unsafe { libc::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    let mut cleared = [0u32; 2];
+    for (capability, _) in drops.capabilities() {
+        cleared[capability as usize / 32] |= 1 << (capability % 32);
+        // SAFETY: prctl with PR_CAPBSET_DROP takes integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } != 0 {
+            refused_as_root()?;
         }
+    }
+    if clear_capability_sets(cleared).is_err() {
+        refused_as_root()?;
+    }
+    Ok(())
+}
+
+/// The last OS error if the calling process runs as uid 0, else nothing.
+fn refused_as_root() -> io::Result<()> {
+    let error = io::Error::last_os_error();
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    match unsafe { libc::geteuid() } {
+        0 => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapabilityHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`: one 32-bit word of each set.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapabilityWord {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Clears the capabilities whose bits are set in `cleared` (two 32-bit words) from the calling
+/// thread's effective, permitted and inheritable sets. Raw system calls only.
+fn clear_capability_sets(cleared: [u32; 2]) -> io::Result<()> {
+    let mut header = CapabilityHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let empty = CapabilityWord {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    };
+    let mut words = [empty; 2];
+    // SAFETY: `header` is a version-3 header for the calling thread, and `words` holds the two
+    // data words version 3 reads and writes.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, words.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    for (word, bits) in words.iter_mut().zip(cleared) {
+        word.effective &= !bits;
+        word.permitted &= !bits;
+        word.inheritable &= !bits;
+    }
+    // SAFETY: as above; capset only lowers the sets here, which is always allowed.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, words.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
 
 /// Builds the ruleset of `plan`; a late rule's path is opened with `open_late` (in the child
-/// after its mounts, or from outside through a holder's root). Raw system calls only, so it
-/// also runs after fork.
+/// after its mounts, or from outside through a holder's root), and so is an early rule's path
+/// beneath one of `private_dirs` (the private mounts of namespaces the child joined, which cover
+/// the inode the parent opened). Raw system calls only, so it also runs after fork.
 pub(crate) fn build_ruleset(
     plan: &LandlockPlan,
     open_late: &dyn Fn(&CStr) -> io::Result<OwnedFd>,
+    private_dirs: &[CString],
 ) -> io::Result<OwnedFd> {
     let attr = RulesetAttr {
         handled_access_fs: plan.handled,
@@ -340,14 +708,39 @@ pub(crate) fn build_ruleset(
     }
     // SAFETY: landlock_create_ruleset returned a new descriptor, ours alone.
     let ruleset = unsafe { OwnedFd::from_raw_fd(ruleset as RawFd) };
-    for (fd, rights) in &plan.rules {
-        add_rule(ruleset.as_raw_fd(), fd.as_raw_fd(), *rights)?;
+    for rule in &plan.rules {
+        if private_dirs.iter().any(|dir| is_beneath(&rule.path, dir)) {
+            let fd = open_late(&rule.path)?;
+            add_rule(ruleset.as_raw_fd(), fd.as_raw_fd(), rule.rights)?;
+        } else {
+            add_rule(ruleset.as_raw_fd(), rule.fd.as_raw_fd(), rule.rights)?;
+        }
     }
     for (path, rights) in &plan.late_rules {
         let fd = open_late(path)?;
         add_rule(ruleset.as_raw_fd(), fd.as_raw_fd(), *rights)?;
     }
     Ok(ruleset)
+}
+
+/// Adds the rules of `plan` on mounts kept in `slots` to `ruleset`, closing those descriptors.
+fn add_slot_rules(ruleset: &OwnedFd, plan: &LandlockPlan, slots: &[AtomicI32]) -> io::Result<()> {
+    for &(slot, rights) in &plan.slot_rules {
+        let fd = slots[slot].swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            let added = add_rule(ruleset.as_raw_fd(), fd, rights);
+            // SAFETY: `fd` is ours (taken out of the slot) and closed exactly once.
+            unsafe { libc::close(fd) };
+            added?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` is `dir` or beneath it (byte comparison of canonical paths, no allocation).
+fn is_beneath(path: &CStr, dir: &CStr) -> bool {
+    let (path, dir) = (path.to_bytes(), dir.to_bytes());
+    path.starts_with(dir) && (path.len() == dir.len() || path.get(dir.len()) == Some(&b'/'))
 }
 
 /// `no_new_privs`, then `landlock_restrict_self` with `ruleset`.
@@ -397,30 +790,85 @@ fn add_rule(ruleset: RawFd, fd: RawFd, rights: u64) -> io::Result<()> {
     }
 }
 
-fn apply_step(step: &MountStep, slots: &[AtomicI32]) -> io::Result<()> {
+fn apply_step(
+    step: &MountStep,
+    plan: &ChildPlan,
+    role: Role,
+    report: RawFd,
+    index: usize,
+) -> io::Result<()> {
+    let slots = &plan.slots;
     match step {
-        MountStep::Keep { path, slot } => {
-            let fd = open_tree(path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)?;
+        MountStep::UserPath(_) if role == Role::Holder => Ok(()),
+        MountStep::UserPath(step) => apply_step(step, plan, role, report, index),
+        MountStep::Keep {
+            path,
+            slot,
+            identity,
+            best_effort,
+        } => match keep(path, *identity) {
+            Ok(tree) => {
+                slots[*slot].store(tree.into_raw_fd(), Ordering::Relaxed);
+                Ok(())
+            }
+            Err(_) if *best_effort => Ok(()),
+            Err(e) => Err(e),
+        },
+        MountStep::ReadOnly { path } => {
+            let target = mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere)?;
+            mounts::make_read_only(target.as_raw_fd())
+        }
+        MountStep::Hide { path } => {
+            let target = mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere)?;
+            mounts::cover(target.as_raw_fd())
+        }
+        MountStep::Expose { path, slot } => match take(&slots[*slot]) {
+            Some(tree) => mounts::attach_at(tree.as_raw_fd(), path),
+            None => cover_host_mount(path, report, index),
+        },
+        MountStep::Tmpfs { path } => mounts::private_tmpfs(path),
+        MountStep::Overlay { target, data } => mounts::mount(
+            Some(c"overlay"),
+            target,
+            Some(c"overlay"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(data),
+        ),
+        MountStep::Bind { source, target } => {
+            let tree = mounts::copy_path(source)?;
+            mounts::set_tree_attributes(
+                tree.as_raw_fd(),
+                mounts::MOUNT_ATTR_NOSUID | mounts::MOUNT_ATTR_NODEV,
+            )?;
+            mounts::attach_at(tree.as_raw_fd(), target)
+        }
+        MountStep::Mqueue { path, slot } => {
+            let fd = mounts::mqueue()?.into_raw_fd();
+            // Kept in its slot (closed at exec, or once its Landlock rule is added) first.
             slots[*slot].store(fd, Ordering::Relaxed);
+            match path {
+                Some(path) => mounts::attach_at(fd, path),
+                None => Ok(()),
+            }
+        }
+        MountStep::KeepSocket {
+            path,
+            slot,
+            identity,
+        } => {
+            if let Ok(copy) = copy_socket(path, *identity) {
+                slots[*slot].store(copy.into_raw_fd(), Ordering::Relaxed);
+            }
             Ok(())
         }
-        MountStep::ReadOnly { path } => {
-            mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC, None)?;
-            set_attributes(path, MOUNT_ATTR_RDONLY)
+        MountStep::ExposeSocket { path, slot } => {
+            let bound = take(&slots[*slot])
+                .is_some_and(|copy| expose_socket(copy.as_raw_fd(), path).is_ok());
+            if !bound {
+                report::note(report, Outcome::SocketNotBound, index);
+            }
+            Ok(())
         }
-        MountStep::HideDir { path } => mount(
-            Some(c"tmpfs"),
-            path,
-            Some(c"tmpfs"),
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some(c"size=4k,nr_inodes=1,mode=000"),
-        ),
-        MountStep::HideFile { path } => {
-            mount(Some(c"/dev/null"), path, None, libc::MS_BIND, None)?;
-            set_attributes(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV)
-        }
-        MountStep::Expose { path, slot } => move_from_slot(&slots[*slot], path),
-        MountStep::Tmpfs { path } => mount_private_tmpfs(path),
         MountStep::MakeDir { path } => {
             // SAFETY: `path` is NUL-terminated.
             match unsafe { libc::mkdir(path.as_ptr(), 0o755) } {
@@ -445,7 +893,7 @@ fn apply_step(step: &MountStep, slots: &[AtomicI32]) -> io::Result<()> {
             Ok(())
         }
         MountStep::FreshSysfs { submounts } => {
-            mount(
+            mounts::mount(
                 Some(c"sysfs"),
                 c"/sys",
                 Some(c"sysfs"),
@@ -453,111 +901,86 @@ fn apply_step(step: &MountStep, slots: &[AtomicI32]) -> io::Result<()> {
                 None,
             )?;
             for (path, slot) in submounts {
-                move_from_slot(&slots[*slot], path)?;
+                let tree = take(&slots[*slot]).ok_or(io::Error::from_raw_os_error(libc::EBADF))?;
+                mounts::attach_at(tree.as_raw_fd(), path)?;
             }
             Ok(())
+        }
+        MountStep::BindHost { target, slot, .. } => {
+            let copy = take(&slots[*slot]).ok_or(io::Error::from_raw_os_error(libc::EBADF))?;
+            let dir = mounts::is_dir(copy.as_raw_fd())?;
+            let point = mounts::open_mount_point(target, dir)?;
+            mounts::attach(copy.as_raw_fd(), point.as_raw_fd())
         }
     }
 }
 
-/// Mounts a fresh tmpfs, world-writable with the sticky bit like `/dev/shm`, at `path`.
-fn mount_private_tmpfs(path: &CStr) -> io::Result<()> {
-    mount(
-        Some(c"tmpfs"),
-        path,
-        Some(c"tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some(c"mode=1777"),
-    )
-}
-
-/// Moves the detached tree in `slot` onto `path` and closes its descriptor.
-fn move_from_slot(slot: &AtomicI32, path: &CStr) -> io::Result<()> {
+/// The descriptor in `slot`, taken out of it (closed when dropped).
+fn take(slot: &AtomicI32) -> Option<OwnedFd> {
     let fd = slot.swap(-1, Ordering::Relaxed);
-    if fd < 0 {
-        return Err(io::Error::from_raw_os_error(libc::EBADF));
-    }
-    // SAFETY: `fd` is a detached mount from open_tree; the empty path is NUL-terminated and
-    // `path` is a NUL-terminated path. Integer and pointer arguments only.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            fd,
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    let result = if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    };
-    // SAFETY: `fd` is ours (taken out of the slot) and closed exactly once.
-    unsafe { libc::close(fd) };
-    result
+    // SAFETY: a descriptor in a slot is ours alone; taking it out leaves -1 behind.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn open_tree(path: &CStr, flags: libc::c_uint) -> io::Result<RawFd> {
-    // SAFETY: `path` is NUL-terminated; integer flags.
-    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
-    if fd < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(fd as RawFd)
+/// A detached recursive copy of the tree at `path`, which must still be `identity`.
+fn keep(path: &CStr, identity: Option<Identity>) -> io::Result<OwnedFd> {
+    let source = mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere)?;
+    if let Some(expected) = identity {
+        let st = mounts::stat(source.as_raw_fd())?;
+        if (st.st_dev, st.st_ino) != (expected.dev, expected.ino) {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
     }
+    mounts::copy_tree(source.as_raw_fd(), true)
 }
 
-/// Sets `attributes` (read-only, no devices) on the mount at `path` and every mount below it.
-fn set_attributes(path: &CStr, attributes: u64) -> io::Result<()> {
-    let attr = MountAttr {
-        attr_set: attributes,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
+/// Covers the mount point `path` of a host mount that could not be kept (see
+/// [`MountStep::Expose`]) and reports which it was.
+fn cover_host_mount(path: &CStr, report: RawFd, index: usize) -> io::Result<()> {
+    let target = match mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere) {
+        Ok(target) => target,
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EACCES | libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+            ) =>
+        {
+            report::note(report, Outcome::MountUnreachable, index);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
     };
-    // SAFETY: `path` is NUL-terminated and `attr` is a valid mount_attr of the size passed.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            AT_RECURSIVE,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    mounts::cover(target.as_raw_fd())?;
+    report::note(report, Outcome::MountCovered, index);
+    Ok(())
 }
 
-fn mount(
-    source: Option<&CStr>,
-    target: &CStr,
-    fstype: Option<&CStr>,
-    flags: libc::c_ulong,
-    data: Option<&CStr>,
-) -> io::Result<()> {
-    let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
-    // SAFETY: every pointer is NULL or a NUL-terminated string that outlives the call.
-    let rc = unsafe {
-        libc::mount(
-            ptr(source),
-            target.as_ptr(),
-            ptr(fstype),
-            flags,
-            ptr(data).cast(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+/// A detached, read-only copy of the mount of the socket file at `path` (still `identity`):
+/// read-only, so the run cannot change the host's socket inode (its mode) through it.
+fn copy_socket(path: &CStr, identity: Identity) -> io::Result<OwnedFd> {
+    let source = socket_at(path)?;
+    let st = mounts::stat(source.as_raw_fd())?;
+    if (st.st_dev, st.st_ino) != (identity.dev, identity.ino) {
+        return Err(io::Error::from_raw_os_error(libc::ESTALE));
     }
+    let copy = mounts::copy_tree(source.as_raw_fd(), false)?;
+    mounts::set_tree_attributes(copy.as_raw_fd(), mounts::MOUNT_ATTR_RDONLY)?;
+    Ok(copy)
+}
+
+/// Puts the socket copy `copy` over the socket file at `path` (still a socket).
+fn expose_socket(copy: RawFd, path: &CStr) -> io::Result<()> {
+    let target = socket_at(path)?;
+    mounts::attach(copy, target.as_raw_fd())
+}
+
+/// The socket file at `path`, opened without following links.
+fn socket_at(path: &CStr) -> io::Result<OwnedFd> {
+    let fd = mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere)?;
+    if mounts::stat(fd.as_raw_fd())?.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(io::Error::from_raw_os_error(libc::ENOTSOCK));
+    }
+    Ok(fd)
 }
 
 /// Re-enters the working directory by its path, so relative paths resolve through the new
@@ -576,7 +999,7 @@ fn reenter_cwd() -> io::Result<()> {
     Ok(())
 }
 
-/// Enters new namespaces (`flags`: `CLONE_NEWNS` and/or `CLONE_NEWNET`).
+/// Enters new namespaces (`flags`: `CLONE_NEWNS`, `CLONE_NEWNET`, `CLONE_NEWIPC`).
 ///
 /// As root (or, with [`Privilege::InJoinedNamespace`], in a joined user namespace, where the
 /// process has every capability) a plain `unshare` is used. Otherwise (or if that is refused) a
@@ -681,25 +1104,89 @@ fn loopback_up() -> io::Result<()> {
 }
 
 /// Probe body (run in a forked child): the namespaces a plan with `mount_ns`/`net_ns` would
-/// enter, with `/` made a slave and a tmpfs mounted on `/dev/shm` when `mount_ns` (the probe's
-/// namespaces die with it). Returns 0 or an errno.
+/// enter (an IPC namespace with the mount namespace, as private scratch has both), with `/` made
+/// a slave and a tmpfs mounted on `/dev/shm` when `mount_ns` (the probe's namespaces die with
+/// it). Returns 0 or an errno.
 pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
-    let plan = ChildPlan {
-        mount_ns,
-        net_ns,
-        steps: Vec::new(),
-        slots: Vec::new(),
-        protective_mounts: false,
-        landlock: None,
-    };
     let result = (|| {
-        enter(&plan, Privilege::AsRootOnly)?;
+        enter(
+            &[Some(&ChildPlan::namespaces_only(mount_ns, net_ns))],
+            Role::Own,
+            &mut [],
+            -1,
+        )?;
         if mount_ns {
-            mount_private_tmpfs(c"/dev/shm")?;
+            mounts::private_tmpfs(c"/dev/shm")?;
         }
         Ok(())
     })();
-    super::errno_of(result)
+    plain_errno(result)
+}
+
+/// Probe body (run in a forked child): a run's private mount and IPC namespaces with an overlay
+/// mounted at `target` with the options `data` (the probe's namespaces die with it). Returns 0
+/// or an errno.
+pub(crate) fn probe_overlay(target: &CStr, data: &CStr) -> i32 {
+    let result = enter(
+        &[Some(&ChildPlan::namespaces_only(true, false))],
+        Role::Own,
+        &mut [],
+        -1,
+    )
+    .and_then(|()| {
+        mounts::mount(
+            Some(c"overlay"),
+            target,
+            Some(c"overlay"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(data),
+        )
+    });
+    plain_errno(result)
+}
+
+/// Probe body (run in a forked child): joins `plan`'s namespaces and takes a copy of its first
+/// host tree, as a child binding a host path does (Linux 6.15 lets a process copy a detached
+/// tree made in its own mount namespace). Returns 0 or an errno.
+pub(crate) fn probe_host_copy(plan: &JoinPlan) -> i32 {
+    let result = join(plan).and_then(|()| match plan.host_trees.first() {
+        Some((_, tree)) => mounts::copy_tree(tree.as_raw_fd(), false).map(drop),
+        None => Ok(()),
+    });
+    plain_errno(result)
+}
+
+/// The errno of `result` (a failure code's own errno).
+fn plain_errno(result: io::Result<()>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            let code = e.raw_os_error().unwrap_or(libc::EIO);
+            report::decode(code)
+                .and_then(|(_, errno)| errno.raw_os_error())
+                .unwrap_or(code)
+        }
+    }
+}
+
+impl ChildPlan {
+    /// A plan of new namespaces only (an IPC one with a mount one), nothing mounted in them: a
+    /// probe's (nothing here allocates), or the base of one that adds its steps.
+    pub(crate) fn namespaces_only(mount_ns: bool, net_ns: bool) -> ChildPlan {
+        ChildPlan {
+            mount_ns,
+            net_ns,
+            ipc_ns: mount_ns,
+            steps: Vec::new(),
+            slots: Vec::new(),
+            protective_mounts: false,
+            narrows_host: false,
+            private_dirs: Vec::new(),
+            host_dirs: Vec::new(),
+            landlock: None,
+            report: AtomicI32::new(-1),
+        }
+    }
 }
 
 #[cfg(test)]

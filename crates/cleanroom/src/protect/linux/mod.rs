@@ -1,23 +1,29 @@
 //! Linux kernel side of protection: Landlock detection and ruleset creation, the code that runs
-//! in the child between fork and exec ([`child`]), namespaces set up once for many children
-//! ([`shared`]), and small fork-based probes used by the sandbox compiler and `doctor`.
+//! in the child between fork and exec ([`child`], with its mount primitives in `mounts` and what
+//! it tells the parent in [`report`]), namespaces set up once for many children ([`shared`]),
+//! the listening unix sockets ([`sock_diag`]), and small fork-based probes used by the sandbox
+//! compiler and `doctor`.
 //!
 //! Invariant: everything that runs after fork (the child plan, the probe bodies) makes only
 //! raw, async-signal-safe system calls on data prepared before the fork or on the stack; it never
 //! allocates, locks or touches Rust's standard I/O.
 
 pub(crate) mod child;
+mod mounts;
+pub(crate) mod report;
 pub(crate) mod shared;
+pub(crate) mod sock_diag;
 
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use landlock::{Access as _, AccessFs, ABI};
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use super::rule::Access;
-use crate::{Error, Result};
+use super::view::View;
+use crate::error::{Error, Result};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>` (not exported by libc).
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
@@ -76,18 +82,20 @@ pub(crate) struct Grant {
 /// a directory. `Ok(None)` for symlinks (a rule on a link's inode would be meaningless, and
 /// following it could grant a protected target) and for paths that vanished since they were
 /// listed (no rule is stricter, never weaker).
-pub(crate) fn open_for_rule(path: &Path) -> Result<Option<Grant>> {
-    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+pub(crate) fn open_for_rule(view: &View, path: &Path) -> Result<Option<Grant>> {
+    let flags = OFlags::PATH | OFlags::NOFOLLOW;
+    let open = |flags| view.open_path(path, flags, Mode::empty(), ResolveFlags::empty());
+    let not_found = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     // Most entries are directories: an O_DIRECTORY open proves it of the opened inode itself
     // (a symlink or file fails with ENOTDIR), so no fstat is needed for them.
-    match rustix::fs::open(path, flags | OFlags::DIRECTORY, Mode::empty()) {
+    match open(flags | OFlags::DIRECTORY) {
         Ok(fd) => return Ok(Some(Grant { fd, dir: true })),
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) if not_found(&e) => return Ok(None),
         Err(_) => {}
     }
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+    let fd = match open(flags) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) if not_found(&e) => return Ok(None),
         Err(e) => return Err(Error::io("open for a Landlock rule", path, e)),
     };
     let stat = rustix::fs::fstat(&fd).map_err(|e| Error::io("stat", path, e))?;

@@ -1,0 +1,118 @@
+//! Small helpers every Windows file of the library shares: UTF-16 paths (with the `\\?\` prefix
+//! for long paths), the last error as an `io::Error`, owned handles, and the SID of the token.
+//!
+//! All `unsafe` here wraps one Win32 call each; handles are owned (`OwnedHandle`) so none leaks.
+
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::windows::ffi::{OsStrExt, OsStringExt};
+use std::os::windows::io::{AsRawHandle, BorrowedHandle, FromRawHandle, OwnedHandle};
+use std::path::{Path, PathBuf};
+
+use windows_sys::Win32::Foundation::{HANDLE, INVALID_HANDLE_VALUE};
+use windows_sys::Win32::Storage::FileSystem::{
+    GetFileInformationByHandle, BY_HANDLE_FILE_INFORMATION,
+};
+
+/// `s` as a NUL-terminated UTF-16 string.
+pub fn wide(s: impl AsRef<OsStr>) -> Vec<u16> {
+    s.as_ref().encode_wide().chain(Some(0)).collect()
+}
+
+/// `path` as a NUL-terminated UTF-16 string in the `\\?\` form, which has no MAX_PATH limit and
+/// is taken literally (no `.`/`..` or trailing-dot processing). Relative paths are made absolute.
+pub fn long_path(path: &Path) -> Vec<u16> {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let text = absolute.as_os_str().to_string_lossy();
+    let verbatim: PathBuf = if text.starts_with(r"\\?\") {
+        absolute
+    } else if let Some(unc) = text.strip_prefix(r"\\") {
+        PathBuf::from(format!(r"\\?\UNC\{unc}"))
+    } else {
+        PathBuf::from(format!(r"\\?\{}", text.replace('/', "\\")))
+    };
+    wide(verbatim.as_os_str())
+}
+
+/// A UTF-16 buffer (up to its first NUL) as an `OsString`.
+pub fn from_wide(buf: &[u16]) -> OsString {
+    let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+    OsString::from_wide(&buf[..end])
+}
+
+/// The calling thread's last error.
+pub fn last_error() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// Owns `handle`, or returns the last error when it is null or invalid.
+pub fn owned(handle: HANDLE) -> io::Result<OwnedHandle> {
+    if handle.is_null() || handle == INVALID_HANDLE_VALUE {
+        return Err(last_error());
+    }
+    // SAFETY: the handle is valid (checked above) and was just returned to us by the caller's
+    // Win32 call, so nothing else owns it.
+    Ok(unsafe { OwnedHandle::from_raw_handle(handle) })
+}
+
+/// Turns a Win32 BOOL result into an `io::Result`.
+pub fn check(ok: i32) -> io::Result<()> {
+    if ok == 0 {
+        Err(last_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// What the file system says of the open file or directory `handle`: attributes, volume serial
+/// number, file index, link count.
+pub fn file_info(handle: BorrowedHandle<'_>) -> io::Result<BY_HANDLE_FILE_INFORMATION> {
+    // SAFETY: plain old data; all-zero is a valid value to be filled in.
+    let mut info: BY_HANDLE_FILE_INFORMATION = unsafe { std::mem::zeroed() };
+    // SAFETY: `handle` is open for the duration of the call; `info` is a valid out-parameter.
+    check(unsafe { GetFileInformationByHandle(handle.as_raw_handle(), &mut info) })?;
+    Ok(info)
+}
+
+/// FILETIME-style 100 ns ticks of a `FILETIME`.
+pub fn ticks(time: windows_sys::Win32::Foundation::FILETIME) -> u64 {
+    (u64::from(time.dwHighDateTime) << 32) | u64::from(time.dwLowDateTime)
+}
+
+/// The NUL-terminated UTF-16 string at `text`.
+///
+/// # Safety
+/// `text` must point to a valid NUL-terminated UTF-16 string.
+pub unsafe fn from_wide_ptr(text: *const u16) -> OsString {
+    // SAFETY: the caller promises a NUL-terminated string, so every unit up to the NUL is valid.
+    let len = (0..).take_while(|&i| unsafe { *text.add(i) } != 0).count();
+    // SAFETY: `text` holds `len` valid UTF-16 units (see above).
+    OsString::from_wide(unsafe { std::slice::from_raw_parts(text, len) })
+}
+
+/// The default path of a known folder of the token's user (`SHGetKnownFolderPath` with
+/// `KF_FLAG_DEFAULT_PATH`): never what an environment variable says.
+pub fn known_folder(id: &windows_sys::core::GUID) -> io::Result<PathBuf> {
+    use windows_sys::Win32::System::Com::CoTaskMemFree;
+    use windows_sys::Win32::UI::Shell::{SHGetKnownFolderPath, KF_FLAG_DEFAULT_PATH};
+    let mut path = std::ptr::null_mut();
+    // SAFETY: `id` is a valid GUID; a null token means the current user; the string is freed
+    // below even on failure, as documented.
+    let hr = unsafe {
+        SHGetKnownFolderPath(
+            id,
+            KF_FLAG_DEFAULT_PATH as u32,
+            std::ptr::null_mut(),
+            &mut path,
+        )
+    };
+    let result = if hr < 0 || path.is_null() {
+        Err(io::Error::from_raw_os_error(hr))
+    } else {
+        // SAFETY: on success `path` is a NUL-terminated UTF-16 string.
+        Ok(PathBuf::from(unsafe { from_wide_ptr(path) }))
+    };
+    // SAFETY: freeing what SHGetKnownFolderPath allocated (null is allowed).
+    unsafe { CoTaskMemFree(path as *const _) };
+    result
+}
