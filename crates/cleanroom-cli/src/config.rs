@@ -50,12 +50,13 @@ pub struct Config {
 }
 
 impl Config {
-    /// Where entry `index` of the `[run]` list `key` (`protect-path` or `allow-write`) was
+    /// Where entry `index` of the `[run]` list `key` (`protect-path`, `allow-write`, `share-tmp`) was
     /// written: `FILE:LINE: run.KEY[INDEX]`, as the file's other errors name a value.
     pub fn origin(&self, key: &str, index: usize) -> String {
         let lines = match key {
             "protect-path" => &self.path_lines.run.protect_path,
             "allow-write" => &self.path_lines.run.allow_write,
+            "share-tmp" => &self.path_lines.run.share_tmp,
             _ => &Vec::new(),
         };
         match lines.get(index) {
@@ -75,6 +76,7 @@ struct PathLines {
 struct RunPathLines {
     protect_path: Vec<usize>,
     allow_write: Vec<usize>,
+    share_tmp: Vec<usize>,
 }
 
 impl PathLines {
@@ -90,6 +92,7 @@ impl PathLines {
         struct RunSpans {
             protect_path: Vec<toml::Spanned<String>>,
             allow_write: Vec<toml::Spanned<String>>,
+            share_tmp: Vec<toml::Spanned<String>>,
         }
         let spans: Spans = toml::from_str(text).unwrap_or_default();
         let lines = |list: Vec<toml::Spanned<String>>| {
@@ -101,6 +104,7 @@ impl PathLines {
             run: RunPathLines {
                 protect_path: lines(spans.run.protect_path),
                 allow_write: lines(spans.run.allow_write),
+                share_tmp: lines(spans.run.share_tmp),
             },
         }
     }

@@ -14,6 +14,7 @@ use std::io::IsTerminal;
 use std::os::unix::ffi::OsStrExt;
 
 use cleanroom::reclaim::{self, Budget, GcOptions};
+use cleanroom::text::escape_controls as escaped;
 use cleanroom::{Error, Namespace};
 
 use crate::Global;
@@ -261,25 +262,6 @@ pub fn list_main(args: ListArgs, global: &Global) -> u8 {
         );
     }
     0
-}
-
-/// `text` with control characters escaped (`\n`, `\u{1b}`), so that no name or command can
-/// forge lines or move the cursor.
-fn escaped(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return Cow::Borrowed(text);
-    }
-    Cow::Owned(
-        text.chars()
-            .map(|c| {
-                if c.is_control() {
-                    c.escape_default().to_string()
-                } else {
-                    c.to_string()
-                }
-            })
-            .collect(),
-    )
 }
 
 /// A name as one shell word: as it is when it is plain printable text, else in `$'…'` quoting

@@ -114,9 +114,10 @@ impl RunArgs {
     }
 }
 
-/// Names each `protect-path` and `allow-write` entry the config file gives (where no flag
-/// replaces its list) by the file, line and key, for the library's messages about a path that
-/// does not exist (its rule is absent, or refused under `--require-protection`).
+/// Names each `protect-path`, `allow-write` and `share-tmp` entry the config file gives (where
+/// no flag replaces its list) by the file, line and key, for the library's messages about a
+/// path that does not exist (its rule is absent, or refused under `--require-protection`) or
+/// that cannot be shared.
 fn name_file_paths(
     mut builder: RunBuilder,
     flags: &RunOptions,
@@ -125,6 +126,7 @@ fn name_file_paths(
     let lists = [
         ("protect-path", &flags.protect_path, &file.run.protect_path),
         ("allow-write", &flags.allow_write, &file.run.allow_write),
+        ("share-tmp", &flags.share_tmp, &file.run.share_tmp),
     ];
     for (key, flag_list, file_list) in lists {
         let (None, Some(paths)) = (flag_list, file_list) else {

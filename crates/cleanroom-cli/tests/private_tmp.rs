@@ -293,19 +293,21 @@ fn fixed_paths_in_tmp_and_ipc_objects_are_gone_after_a_run_however_it_ends() {
 #[test]
 fn a_verbose_run_says_what_the_command_wrote_under_tmp() {
     let (sandbox, _place) = in_tmp(Sandbox::new("tmp-verbose"));
+    // The second name would forge a line and clear the screen if it were shown as it is.
     let (first, second) = (
         sandbox.marker().to_string(),
-        format!("{}-x", sandbox.marker()),
+        format!("{}-x\n\x1b[2J", sandbox.marker()),
     );
     let _cleanup = [Leftovers(first.clone()), Leftovers(second.clone())];
-    let script = format!("echo x > /tmp/{first}-file; echo y > /tmp/{second}-file");
+    let script = format!("echo x > '/tmp/{first}-file'; echo y > '/tmp/{second}-file'");
     let out = sandbox
         .command(&["-v", "run", "--", "sh", "-c", &script])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let said = format!("the command wrote 2 entries under /tmp ({first}-file, {second}-file)");
+    let shown = second.replace('\n', "\\n").replace('\x1b', "\\u{1b}");
+    let said = format!("the command wrote 2 entries under /tmp ({first}-file, {shown}-file)");
     assert!(stderr.contains(&said), "{said:?} missing:\n{stderr}");
     sandbox.assert_namespace_empty();
 }
@@ -991,6 +993,19 @@ fn host_tmp_gives_the_hosts_tmp_and_share_tmp_keeps_one_path_the_hosts() {
     assert!(
         shared.join("from-config").exists(),
         "share-tmp in the config"
+    );
+    // A path that cannot be shared is named where the file gives it.
+    fs::write(&config, "[run]\n\nshare-tmp = [\n  \"/etc\",\n]\n").unwrap();
+    let refused = write(&[], &place.path("never"));
+    refused.assert_status(125);
+    let said = format!(
+        "{}:4: run.share-tmp[0] = /etc: not beneath",
+        config.display()
+    );
+    assert!(
+        refused.stderr.contains(&said),
+        "{said:?}:\n{}",
+        refused.stderr
     );
     fs::write(&config, "[run]\nhost-tmp = true\n").unwrap();
     write(&[], &place.path("host-from-config")).assert_status(0);

@@ -1068,6 +1068,51 @@ async fn a_file_copied_onto_itself_is_refused_naming_why() {
 
 /// The cgroup v2 directory the test runs in, as `/proc/self/cgroup` and the cgroup2 mount name
 /// it (`None` without cgroup v2).
+/// A directory beneath `/sys` that is not one of the kernel's filesystems: the tmpfs a cgroup v1
+/// (or hybrid) host mounts on `/sys/fs/cgroup` to hold its hierarchies. `None` elsewhere.
+fn tmpfs_beneath_sys() -> Option<PathBuf> {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let dir = Path::new("/sys/fs/cgroup");
+    let magic = rustix::fs::statfs(dir).ok()?.f_type as i64;
+    (magic == TMPFS_MAGIC).then(|| dir.to_path_buf())
+}
+
+/// Adversarial review: "beneath /sys" means whatever is mounted there. A file and a directory
+/// made in the tmpfs on `/sys/fs/cgroup` are refused (as root without a sandbox, by the rule
+/// of fs/*; otherwise the kernel may refuse first) and nothing appears.
+async fn refuses_writes_beneath_sys(c: &mut Client, sandbox: &Value, user: User, pid: u32) {
+    let Some(dir) = tmpfs_beneath_sys() else {
+        eprintln!("not exercised here: /sys/fs/cgroup is not a tmpfs on this host");
+        return;
+    };
+    let file = dir.join(format!("fs-refused-{pid}.file"));
+    let made = dir.join(format!("fs-refused-{pid}.dir"));
+    let write = json!({"path": uri(&file), "dataBase64": BASE64.encode("x")});
+    let calls = [
+        ("fs/writeFile", write),
+        ("fs/createDirectory", json!({"path": uri(&made)})),
+    ];
+    let mut answers = Vec::new();
+    for (method, mut params) in calls {
+        params["sandbox"] = sandbox.clone();
+        answers.push((method, c.call(method, params).await));
+    }
+    // Cleaned up before anything is asserted: a failure must not leave a file in the host's /sys.
+    let existed = (file.exists(), made.exists());
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir(&made);
+    assert_eq!(existed, (false, false), "{user:?} {sandbox}: {answers:?}");
+    for (method, answer) in answers {
+        let (code, message) = answer.expect_err(method);
+        assert_eq!(code, -32600, "{user:?} {method}: {message}");
+        let checked = sandbox.is_null() && user == User::Root;
+        assert!(
+            message.contains("kernel's filesystems") || !checked,
+            "{user:?} {method}: {message}"
+        );
+    }
+}
+
 fn own_cgroup() -> Option<PathBuf> {
     let relative = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let relative = relative
@@ -1169,6 +1214,7 @@ async fn no_call_reads_or_writes_the_servers_own_proc_entries_nor_the_kernels_fi
                 let _ = std::fs::remove_dir(&made);
                 assert!(!existed && result.is_err(), "{result:?}");
             }
+            refuses_writes_beneath_sys(&mut c, sandbox, user, pid).await;
         }
         assert!(!l.ws.join("stolen").exists());
         // A tree holding a mount of a process's directory is not copied through it.

@@ -29,6 +29,7 @@ pub mod remove;
 pub mod root;
 pub mod secrets;
 mod sys;
+pub mod text;
 
 // Each platform-bound part is one module with the same public path on every platform; the
 // file behind it is picked here, once (Windows: docs/windows.md; macOS, type-checked only:

@@ -240,10 +240,12 @@ const KERNEL_FS: [i64; 11] = [
 const PROC_MAGIC: i64 = 0x9fa0;
 const PROC_ROOT_INO: u64 = 1;
 
-/// Whether `fd` lies on one of the kernel's filesystems ([`KERNEL_FS`]). Raw system calls only.
+/// Whether `fd` lies on one of the kernel's filesystems ([`KERNEL_FS`]) or anywhere beneath
+/// `/sys`, whatever is mounted there (a host with cgroup v1 mounts a tmpfs on `/sys/fs/cgroup`
+/// to hold its hierarchies). Raw system calls only.
 pub fn on_kernel_fs(fd: BorrowedFd<'_>) -> io::Result<bool> {
     let magic = rustix::fs::fstatfs(fd)?.f_type as i64;
-    Ok(KERNEL_FS.contains(&magic))
+    Ok(KERNEL_FS.contains(&magic) || path_of(fd)?.starts_with("/sys"))
 }
 
 /// A call's view of the filesystem and its policy (see the module docs).

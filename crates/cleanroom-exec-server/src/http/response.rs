@@ -218,8 +218,9 @@ fn framing(line: StatusLine, fields: &Fields, head_request: bool) -> io::Result<
     }
 }
 
-/// The elements of every `name` field, comma-separated lists joined, each trimmed (empty ones
-/// kept); `None` when there is no such field.
+/// The elements of every `name` field, comma-separated lists joined, each trimmed of optional
+/// whitespace (space and tab only, RFC 9110 §5.6.3: a vertical tab, form feed or no-break space
+/// stays and makes the element invalid); empty ones kept; `None` when there is no such field.
 fn list(fields: &Fields, name: &str) -> Option<Vec<String>> {
     let mut values = fields
         .iter()
@@ -231,7 +232,7 @@ fn list(fields: &Fields, name: &str) -> Option<Vec<String>> {
             .flat_map(|(_, v)| {
                 String::from_utf8_lossy(v)
                     .split(',')
-                    .map(|s| s.trim().to_string())
+                    .map(|s| s.trim_matches([' ', '\t']).to_string())
                     .collect::<Vec<_>>()
             })
             .collect(),
@@ -413,6 +414,11 @@ mod tests {
             "one length, repeated"
         );
         assert_eq!(
+            body(b"HTTP/1.1 200 OK\r\nContent-Length:\t3 ,\t3\t\r\n\r\nabcdef"),
+            b"abc",
+            "spaces and tabs around a length"
+        );
+        assert_eq!(
             body(b"HTTP/1.0 200 OK\r\n\r\nuntil the end"),
             b"until the end"
         );
@@ -474,6 +480,11 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n3\r\nabc",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\nabc",
+            // Whitespace that is not optional whitespace around a framing value.
+            b"HTTP/1.1 200 OK\r\nContent-Length: \x0b2\x0c\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\xc2\xa0\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: \x0bchunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\xc2\xa0\r\n\r\n2\r\nok\r\n0\r\n\r\n",
         ] {
             assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }

@@ -19,6 +19,7 @@ use crate::error::IoContext;
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::process::{Host, ProcessId};
+use crate::text::escape_controls as shown;
 
 /// Value of an owner record's `format` field.
 pub const RECORD_FORMAT: &str = "cleanroom-lock-owner";
@@ -229,22 +230,8 @@ impl LockDir {
     }
 }
 
-/// Escapes control characters: records in the machine directory come from other users.
-fn shown(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_debug().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect()
-}
-
 fn shown_command(command: &[String]) -> String {
-    let mut text = shown(&command.join(" "));
+    let mut text = shown(&command.join(" ")).into_owned();
     if text.chars().count() > MAX_SHOWN_COMMAND {
         text = text.chars().take(MAX_SHOWN_COMMAND).collect::<String>() + "…";
     }
@@ -277,8 +264,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shown_text_escapes_control_characters() {
-        assert_eq!(shown("a\x1b[2Jb\n"), "a\\u{1b}[2Jb\\n");
+    fn a_shown_command_is_escaped_and_bounded() {
+        assert_eq!(shown_command(&["a\x1b[2Jb\n".into()]), "a\\u{1b}[2Jb\\n");
         let long = vec!["x".repeat(300)];
         assert_eq!(shown_command(&long).chars().count(), MAX_SHOWN_COMMAND + 1);
     }

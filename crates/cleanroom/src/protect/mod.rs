@@ -778,7 +778,8 @@ fn status_of(
 }
 
 /// One warning naming every private part of the run that stays what cleanroom was started with
-/// (`/dev/shm`, `/tmp` and `/var/tmp`, the IPC namespace), with the first reason.
+/// (`/dev/shm`, `/tmp` and `/var/tmp`, the IPC namespace), with the first reason. Inside a run
+/// whose `/tmp` is private ([`PRIVATE_TMP_ENV`] set) what is left there goes with that run.
 fn scratch_warning(status: &ProtectionStatus) -> Option<String> {
     let fallbacks = [
         ("/dev/shm", status.dev_shm.fallback_reason()),
@@ -791,9 +792,13 @@ fn scratch_warning(status: &ProtectionStatus) -> Option<String> {
         .collect();
     let (_, reason) = shared.first()?;
     let names: Vec<&str> = shared.iter().map(|(what, _)| *what).collect();
+    let fate = match std::env::var_os(PRIVATE_TMP_ENV) {
+        Some(_) => "is removed with the outer run, not with this one",
+        None => "is not removed",
+    };
     Some(format!(
         "the run shares {} cleanroom was started with ({reason}); what the command leaves there \
-         is not removed",
+         {fate}",
         names.join(", ")
     ))
 }

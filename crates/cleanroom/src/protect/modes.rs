@@ -149,7 +149,8 @@ fn strict(
 }
 
 /// The `--share-tmp` paths, canonical; each must exist beneath `/tmp` or `/var/tmp` (checked
-/// whatever the mode, so a mistake is found before it matters). Where they change nothing
+/// whatever the mode, so a mistake is found before it matters; the error names where the path
+/// was given, [`ProtectionRequest::path_origins`], else the option). Where they change nothing
 /// (`--protect off`, `--host-tmp`) a warning says so.
 fn share_tmp_paths(
     request: &ProtectionRequest,
@@ -157,17 +158,21 @@ fn share_tmp_paths(
 ) -> Result<Vec<PathBuf>> {
     let private_dirs = private_tmp_dirs();
     let mut shared = Vec::new();
-    for path in &request.share_tmp {
-        let path = std::fs::canonicalize(path).map_err(|e| {
+    for named in &request.share_tmp {
+        let origin = request
+            .path_origins
+            .get(named)
+            .map_or("--share-tmp", String::as_str);
+        let path = std::fs::canonicalize(named).map_err(|e| {
             Error::Invalid(format!(
-                "--share-tmp {}: cannot resolve the path: {e}",
-                path.display()
+                "{origin} {}: cannot resolve the path: {e}",
+                named.display()
             ))
         })?;
         if !beneath(&path, &private_dirs) {
             return Err(Error::Invalid(format!(
-                "--share-tmp {}: not beneath {}",
-                path.display(),
+                "{origin} {}: not beneath {}",
+                named.display(),
                 PRIVATE_TMP_DIRS.join(" or ")
             )));
         }

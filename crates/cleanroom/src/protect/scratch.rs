@@ -657,7 +657,8 @@ fn is_untouched_premade(dir: &PrivateDir, entry: &std::fs::DirEntry) -> bool {
 }
 
 impl std::fmt::Display for TmpLeft {
-    /// "the command wrote 3 entries under /tmp (a, b, c)".
+    /// "the command wrote 3 entries under /tmp (a, b, c)", the names as the command chose them
+    /// but for their control characters, escaped.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -669,7 +670,11 @@ impl std::fmt::Display for TmpLeft {
                 "entries"
             },
             self.path.display(),
-            self.names.join(", "),
+            self.names
+                .iter()
+                .map(|name| crate::text::escape_controls(name))
+                .collect::<Vec<_>>()
+                .join(", "),
             if self.entries > self.names.len() {
                 ", ..."
             } else {
