@@ -51,7 +51,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_name = "N")]
     max_message_bytes: usize,
     /// Most sessions at once: attached, or detached and resumable within --session-ttl (a
-    /// session being ended does not count).
+    /// session being ended does not count); at the limit the session detached longest is ended
+    /// to admit a new client.
     #[arg(long, default_value_t = 64, value_name = "N")]
     max_sessions: usize,
     /// Most unclosed processes per session.

@@ -345,6 +345,56 @@ async fn max_sessions_counts_attached_and_resumable_sessions_and_names_the_endin
     server.stop();
 }
 
+/// Issue 26: at `--max-sessions`, a live client is admitted by ending the session detached
+/// longest (its client is gone; it was only resumable), never an attached one: with 16
+/// clients that reconnect at once and a `--session-ttl`, the resumable sessions otherwise fill
+/// the limit and refuse live clients. The ended session's process dies, it can no longer be
+/// resumed, and once every open session is attached `initialize` is refused with the counts.
+#[tokio::test]
+async fn at_the_limit_the_session_detached_longest_makes_room_and_an_attached_one_never_does() {
+    let server = Server::start(&["--max-sessions", "2", "--session-ttl", "300"]);
+    let mark = mark("room");
+    let _attached = server.client().await;
+    let mut dropped = server.client().await;
+    start_marked(&mut dropped, "sleep", &["/bin/sleep", "300"], &mark).await;
+    let dropped_id = dropped.session.clone();
+    drop(dropped);
+    // The server notices the drop when it reads the closed socket: until then the session is
+    // attached, and the new client is refused.
+    let admitted = loop {
+        let mut c = Client::connect(server.url()).await;
+        match c.initialize_with(json!({})).await {
+            Ok(()) => break c,
+            Err((-32600, m)) if m.contains("2 attached") => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    let left = within(Duration::from_secs(20), || {
+        let left = churn::marked(&mark);
+        (left.is_empty(), left)
+    });
+    assert!(
+        left.is_empty(),
+        "the session ended for room kept its process: {left:?}"
+    );
+    let mut resume = Client::connect(server.url()).await;
+    let (code, message) = resume
+        .initialize_with(json!({"resumeSessionId": dropped_id}))
+        .await
+        .expect_err("the session ended for room was resumed");
+    assert!(message.contains("unknown session"), "{code} {message}");
+    let mut refused = Client::connect(server.url()).await;
+    let (_, message) = refused
+        .initialize_with(json!({}))
+        .await
+        .expect_err("a third live client was admitted at --max-sessions 2");
+    assert!(message.contains("2 attached, 0 detached"), "{message}");
+    drop(admitted);
+    server.stop();
+}
+
 /// Review finding 2: sessions being ended are bounded on their own, by twice `--max-sessions`:
 /// while that many are being ended, a new session is refused, and the refusal says so. Before,
 /// ended sessions were not bounded at all (281 accepted against a limit of 4 while their

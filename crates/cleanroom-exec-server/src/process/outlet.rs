@@ -7,6 +7,7 @@
 //! output, never the server.
 
 use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
 
 use crate::transport::{Outbound, Sender, Utf8Bytes};
 
@@ -20,6 +21,8 @@ pub struct Outlet {
 struct Attachment {
     generation: u64,
     queue: Option<Sender>,
+    /// When the last attachment ended (`None` while attached, or never attached).
+    detached_at: Option<Instant>,
 }
 
 impl Outlet {
@@ -40,6 +43,7 @@ impl Outlet {
         }
         inner.generation += 1;
         inner.queue = Some(queue);
+        inner.detached_at = None;
         Some(inner.generation)
     }
 
@@ -50,12 +54,22 @@ impl Outlet {
             return false;
         }
         inner.queue = None;
+        inner.detached_at = Some(Instant::now());
         true
     }
 
     /// Detaches whatever is attached.
     pub fn detach_any(&self) {
-        self.lock().queue = None;
+        let mut inner = self.lock();
+        if inner.queue.take().is_some() {
+            inner.detached_at = Some(Instant::now());
+        }
+    }
+
+    /// Since when the session has been detached, if it was attached once and is not now.
+    pub fn detached_since(&self) -> Option<Instant> {
+        let inner = self.lock();
+        inner.queue.is_none().then_some(inner.detached_at).flatten()
     }
 
     /// Whether a connection is attached, and the current generation.

@@ -182,6 +182,7 @@ impl Connection {
                 (session, generation)
             }
             None => {
+                shared.make_room();
                 let session = shared.sessions.create(
                     start::new_uuid()?,
                     shared.max_sessions,

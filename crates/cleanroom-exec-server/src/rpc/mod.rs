@@ -43,13 +43,32 @@ pub struct Shared {
 
 impl Shared {
     /// Ends `session`: it leaves the registry now (it can no longer be resumed), and every
-    /// process of it is reaped in a task of its own, during which it counts as ending.
+    /// process of it is reaped in a task of its own, during which it counts as ending. A
+    /// session no longer registered was ended already: nothing happens.
     pub(crate) fn end_session(self: &Arc<Self>, session: Arc<Session>) {
-        let ending = self.sessions.remove(&session, self.clone());
+        let Some(ending) = self.sessions.remove(&session, self.clone()) else {
+            return;
+        };
         tokio::spawn(async move {
             session.end(&ending.shared().reaper).await;
             drop(ending);
         });
+    }
+
+    /// At the `--max-sessions` limit, ends the session detached longest so that a live client
+    /// is admitted: a detached session's client is gone, and it is only resumable until
+    /// `--session-ttl`; an attached session is never ended for room (then `initialize` is
+    /// refused).
+    pub(crate) fn make_room(self: &Arc<Self>) {
+        if let Some(oldest) = self.sessions.longest_detached_if_full(self.max_sessions) {
+            tracing::info!(
+                "session {}: ended before its --session-ttl, to admit a new client at \
+                 --max-sessions {}",
+                oldest.id(),
+                self.max_sessions
+            );
+            self.end_session(oldest);
+        }
     }
 }
 

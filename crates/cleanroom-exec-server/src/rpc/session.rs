@@ -200,6 +200,21 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// The session detached longest, when `max_sessions` are open: the one to end so that a
+    /// live client is admitted (see [`super::Shared::make_room`]). `None` below the limit, or
+    /// when every open session is attached.
+    pub fn longest_detached_if_full(&self, max_sessions: usize) -> Option<Arc<Session>> {
+        let sessions = self.lock();
+        if sessions.len() < max_sessions {
+            return None;
+        }
+        sessions
+            .values()
+            .filter_map(|s| Some((s.outlet.detached_since()?, s)))
+            .min_by_key(|(since, _)| *since)
+            .map(|(_, s)| s.clone())
+    }
+
     /// Creates a session with a fresh id and its cgroup leaf (`leaf`, given the session's
     /// scope), unless `max_sessions` are open (attached, or detached and resumable), or twice as
     /// many are still being ended.
@@ -251,17 +266,19 @@ impl Registry {
     }
 
     /// Removes `session` from the registry (it can no longer be resumed); it counts as ending
-    /// until the guard is dropped.
-    pub fn remove(&self, session: &Arc<Session>, shared: Arc<super::Shared>) -> Ending {
+    /// until the guard is dropped. `None` when it is no longer registered: it was ended already
+    /// (to make room, or by the shutdown's drain), and nothing is left to do.
+    pub fn remove(&self, session: &Arc<Session>, shared: Arc<super::Shared>) -> Option<Ending> {
         let mut sessions = self.lock();
-        if sessions
+        if !sessions
             .get(session.id())
             .is_some_and(|s| Arc::ptr_eq(s, session))
         {
-            sessions.remove(session.id());
+            return None;
         }
+        sessions.remove(session.id());
         self.ending.fetch_add(1, Ordering::Relaxed);
-        Ending(shared)
+        Some(Ending(shared))
     }
 
     /// Removes and returns every session (shutdown).
