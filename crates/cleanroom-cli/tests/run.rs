@@ -142,11 +142,14 @@ const ENDINGS: [Ending; 5] = [
         status: 128 + libc::SIGUSR1,
     },
     // The command dies of the signal itself: a grace longer than the harness's 60 s keeps a
-    // loaded machine from turning a slow exit into a KILL (137).
+    // loaded machine from turning a slow exit into a KILL (137). `exec`: the shell that marked
+    // itself ready is the process the signal reaches, with no child forked in between (a
+    // shell waiting for a child defers SIGINT, and a child forked just after the runner listed
+    // the run's processes would not get it).
     Ending {
         name: "timeout",
         args: &["--grace", "300s"],
-        then: "sleep 300",
+        then: "exec sleep 300",
         interrupt: false,
         timeouts: TIMEOUTS,
         status: 124,
@@ -154,7 +157,7 @@ const ENDINGS: [Ending; 5] = [
     Ending {
         name: "interrupt",
         args: &["--grace", "300s"],
-        then: "sleep 300",
+        then: "exec sleep 300",
         interrupt: true,
         timeouts: &[],
         status: 130,

@@ -242,10 +242,17 @@ const PROC_ROOT_INO: u64 = 1;
 
 /// Whether `fd` lies on one of the kernel's filesystems ([`KERNEL_FS`]) or anywhere beneath
 /// `/sys`, whatever is mounted there (a host with cgroup v1 mounts a tmpfs on `/sys/fs/cgroup`
-/// to hold its hierarchies). Raw system calls only.
+/// to hold its hierarchies): what a plan checks, in the server.
 pub fn on_kernel_fs(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    Ok(is_kernel_fs_type(fd)? || path_of(fd)?.starts_with("/sys"))
+}
+
+/// Whether `fd` lies on one of the kernel's filesystems ([`KERNEL_FS`]), by its type alone: one
+/// raw system call, nothing allocated (safe in a forked child, which re-checks a directory it
+/// enters; the plan, made in the server, checked the paths with [`on_kernel_fs`]).
+pub fn is_kernel_fs_type(fd: BorrowedFd<'_>) -> io::Result<bool> {
     let magic = rustix::fs::fstatfs(fd)?.f_type as i64;
-    Ok(KERNEL_FS.contains(&magic) || path_of(fd)?.starts_with("/sys"))
+    Ok(KERNEL_FS.contains(&magic))
 }
 
 /// A call's view of the filesystem and its policy (see the module docs).

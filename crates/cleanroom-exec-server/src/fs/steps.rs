@@ -150,7 +150,7 @@ pub fn run(step: &Step, slots: &mut [Option<OwnedFd>], view: &View) -> Result<()
             .map_err(io_errno)?;
             // A link followed here could lead into the kernel's filesystems (a cgroup made by
             // a mkdir); the plan checked only what it found.
-            if resolve::on_kernel_fs(fd.as_fd()).map_err(io_errno)? {
+            if resolve::is_kernel_fs_type(fd.as_fd()).map_err(io_errno)? {
                 return Err(resolve::Refusal::KernelFs.errno());
             }
             slots[*slot] = Some(fd);

@@ -23,6 +23,8 @@ struct Attachment {
     queue: Option<Sender>,
     /// When the last attachment ended (`None` while attached, or never attached).
     detached_at: Option<Instant>,
+    /// The session is ending: nothing attaches any more.
+    closed: bool,
 }
 
 impl Outlet {
@@ -35,10 +37,11 @@ impl Outlet {
         }
     }
 
-    /// Attaches `queue` unless a connection is attached already; returns the new generation.
+    /// Attaches `queue` unless a connection is attached already or the session is ending
+    /// ([`Outlet::is_closed`] tells which); returns the new generation.
     pub fn attach(&self, queue: Sender) -> Option<u64> {
         let mut inner = self.lock();
-        if inner.queue.is_some() {
+        if inner.queue.is_some() || inner.closed {
             return None;
         }
         inner.generation += 1;
@@ -66,6 +69,24 @@ impl Outlet {
         }
     }
 
+    /// Closes the outlet for good if nothing is attached (and, with `generation`, if no
+    /// attachment came after that one): the session may then be ended, as no resume can slip
+    /// in between. False when a connection is attached, or re-attached since.
+    pub fn close_if_detached(&self, generation: Option<u64>) -> bool {
+        let mut inner = self.lock();
+        let current = generation.is_none_or(|g| g == inner.generation);
+        if inner.queue.is_some() || !current {
+            return false;
+        }
+        inner.closed = true;
+        true
+    }
+
+    /// Whether the session is ending ([`Outlet::close_if_detached`] succeeded).
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Since when the session has been detached, if it was attached once and is not now.
     pub fn detached_since(&self) -> Option<Instant> {
         let inner = self.lock();
@@ -80,5 +101,33 @@ impl Outlet {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Attachment> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outlet;
+    use crate::transport::channel;
+
+    #[test]
+    fn a_closed_outlet_takes_no_attachment_and_only_a_detached_current_one_closes() {
+        let outlet = Outlet::default();
+        let first = outlet.attach(channel().0).unwrap();
+        assert!(outlet.detached_since().is_none());
+        assert!(!outlet.close_if_detached(None), "closed while attached");
+        assert!(outlet.detach(first));
+        assert!(outlet.detached_since().is_some());
+        let second = outlet.attach(channel().0).unwrap();
+        assert!(outlet.detach(second));
+        assert!(
+            !outlet.close_if_detached(Some(first)),
+            "closed by the timer of an attachment that a resume replaced"
+        );
+        assert!(outlet.close_if_detached(Some(second)));
+        assert!(outlet.is_closed());
+        assert!(
+            outlet.attach(channel().0).is_none(),
+            "a resume after the close"
+        );
     }
 }

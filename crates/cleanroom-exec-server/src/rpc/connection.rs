@@ -137,13 +137,20 @@ impl Connection {
         }
         let ttl = self.shared.session_ttl;
         if ttl.is_zero() {
-            self.shared.end_session(session);
+            if session.outlet().close_if_detached(Some(generation)) {
+                self.shared.end_session(session);
+            }
             return;
         }
-        let shared = self.shared.clone();
+        // The timer holds the session weakly: one ended meanwhile (for room at the limit) is
+        // released with its end, not kept for the rest of the TTL.
+        let (shared, session) = (self.shared.clone(), Arc::downgrade(&session));
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
-            if session.outlet().state() == (false, generation) {
+            let Some(session) = session.upgrade() else {
+                return;
+            };
+            if session.outlet().close_if_detached(Some(generation)) {
                 shared.end_session(session);
             }
         });
@@ -173,12 +180,20 @@ impl Connection {
                     .sessions
                     .get(id)
                     .ok_or_else(|| RpcError::invalid_request(format!("unknown session id {id}")))?;
-                let generation = session.outlet().attach(self.queue.clone()).ok_or_else(|| {
-                    RpcError::new(
-                        protocol::SESSION_ATTACHED,
-                        format!("session {id} is attached to another connection"),
-                    )
-                })?;
+                let generation = match session.outlet().attach(self.queue.clone()) {
+                    Some(generation) => generation,
+                    None if session.outlet().is_closed() => {
+                        return Err(RpcError::invalid_request(format!(
+                            "unknown session id {id} (it has ended)"
+                        )))
+                    }
+                    None => {
+                        return Err(RpcError::new(
+                            protocol::SESSION_ATTACHED,
+                            format!("session {id} is attached to another connection"),
+                        ))
+                    }
+                };
                 (session, generation)
             }
             None => {

@@ -60,7 +60,9 @@ impl Shared {
     /// `--session-ttl`; an attached session is never ended for room (then `initialize` is
     /// refused).
     pub(crate) fn make_room(self: &Arc<Self>) {
-        if let Some(oldest) = self.sessions.longest_detached_if_full(self.max_sessions) {
+        let oldest = self.sessions.longest_detached_if_full(self.max_sessions);
+        // Closed first: a resume that came after the choice keeps its session.
+        if let Some(oldest) = oldest.filter(|s| s.outlet().close_if_detached(None)) {
             tracing::info!(
                 "session {}: ended before its --session-ttl, to admit a new client at \
                  --max-sessions {}",

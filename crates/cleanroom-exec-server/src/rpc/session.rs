@@ -201,11 +201,13 @@ pub struct Registry {
 
 impl Registry {
     /// The session detached longest, when `max_sessions` are open: the one to end so that a
-    /// live client is admitted (see [`super::Shared::make_room`]). `None` below the limit, or
-    /// when every open session is attached.
+    /// live client is admitted (see [`super::Shared::make_room`]). `None` below the limit,
+    /// when every open session is attached, or when one more session ending would reach the
+    /// bound on ending sessions (the client would be refused all the same).
     pub fn longest_detached_if_full(&self, max_sessions: usize) -> Option<Arc<Session>> {
         let sessions = self.lock();
-        if sessions.len() < max_sessions {
+        let ending = self.ending.load(Ordering::Relaxed);
+        if sessions.len() < max_sessions || ending + 1 >= ENDING_PER_SESSION * max_sessions {
             return None;
         }
         sessions

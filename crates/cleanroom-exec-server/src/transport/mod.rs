@@ -18,6 +18,8 @@ mod queue;
 mod stdio;
 mod websocket;
 
+#[cfg(test)]
+pub(crate) use queue::channel;
 pub use queue::Sender;
 pub use stdio::serve_stdio;
 pub use tokio_tungstenite::tungstenite::Utf8Bytes;

@@ -83,10 +83,6 @@ impl std::fmt::Display for Mechanism {
 /// How long the KILL phase keeps looping before it reports survivors.
 const KILL_LOOP_LIMIT: Duration = Duration::from_secs(10);
 
-/// How many times [`Container::signal_all`] lists the members again for processes forked while
-/// it signalled: enough for a shell's fork chain, bounded against a parent that forks forever.
-const SIGNAL_ROUNDS: usize = 8;
-
 /// What reaping learnt about the runner's children.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Children {
@@ -345,28 +341,16 @@ impl Container {
 
     /// Sends `signal` to every member; returns the members signalled.
     ///
-    /// One listing is not enough: a child whose fork completed after the listing but before
-    /// its parent took the signal would be missed (a shell that defers the signal until its
-    /// foreground child exits then waits on a child that never got it). So the members are
-    /// listed again after each round, and newcomers signalled, until a listing finds none or
-    /// [`SIGNAL_ROUNDS`] have passed (a parent that keeps forking after the signal has had it).
+    /// One listing, as `kill(-pgid)` reaches the group as it is: a child forked by a signal
+    /// handler afterwards is left to its parent. A child whose fork completed after the
+    /// listing but before its parent took the signal is not signalled either (the kernel would
+    /// need the cgroup frozen around the listing to rule that out).
     pub fn signal_all(&self, signal: Signal) -> Vec<ProcessInfo> {
-        let mut signalled: Vec<ProcessInfo> = Vec::new();
-        for _ in 0..SIGNAL_ROUNDS {
-            let newcomers: Vec<ProcessInfo> = self
-                .members()
-                .into_iter()
-                .filter(|m| !signalled.iter().any(|s| s.id == m.id))
-                .collect();
-            if newcomers.is_empty() {
-                break;
-            }
-            for member in &newcomers {
-                let _ = member.id.signal(signal);
-            }
-            signalled.extend(newcomers);
+        let members = self.members();
+        for member in &members {
+            let _ = member.id.signal(signal);
         }
-        signalled
+        members
     }
 
     /// TERM to every member, up to `grace` for them to go, then KILL until none is left.
