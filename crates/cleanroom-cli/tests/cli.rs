@@ -759,7 +759,7 @@ fn the_readmes_install_lines_work_for_a_new_account() {
     let home = sandbox.scratch().join("new-account");
     let bin = home.join(".cargo/bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::fs::copy(common::BIN, bin.join("cleanroom")).unwrap();
+    common::copy_executable(Path::new(common::BIN), &bin.join("cleanroom"));
     if root {
         let status = Command::new("chown")
             .args(["-R", "65534:65534"])

@@ -56,6 +56,25 @@ fn shared_tempdir(parent: &Path, prefix: &str) -> tempfile::TempDir {
     dir
 }
 
+/// Copies the executable `from` to `to` (mode 0755) with `cp`, not in this process: a child
+/// that another test thread forks while the copy is open for writing would hold that
+/// descriptor until its exec, and running the copy then fails with ETXTBSY ("Text file busy").
+pub fn copy_executable(from: &Path, to: &Path) {
+    let copied = std::process::Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap_or_else(|e| panic!("cp {} {}: {e}", from.display(), to.display()));
+    assert!(
+        copied.success(),
+        "cp {} {}: {copied}",
+        from.display(),
+        to.display()
+    );
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// A binary uid 65534 can run: the binary itself when it can, else a copy.
 pub struct RunnableByNobody {
     path: PathBuf,
@@ -83,9 +102,7 @@ impl RunnableByNobody {
         let copy = dir
             .path()
             .join(binary.file_name().expect("a binary's file name"));
-        std::fs::copy(binary, &copy)
-            .unwrap_or_else(|e| panic!("copy {} for uid {NOBODY_ID}: {e}", binary.display()));
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        copy_executable(binary, &copy);
         RunnableByNobody {
             path: copy,
             _copy: Some(dir),
