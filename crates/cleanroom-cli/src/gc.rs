@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::os::unix::ffi::OsStrExt;
 
+use cleanroom::exit::EXIT_GC_LEFTOVERS;
 use cleanroom::reclaim::{self, Budget, GcOptions};
 use cleanroom::text::escape_controls as escaped;
 use cleanroom::{Error, Namespace};
@@ -114,7 +115,7 @@ pub fn gc_main(args: GcArgs, global: &Global) -> u8 {
     if summary.errors.is_empty() {
         0
     } else {
-        1
+        EXIT_GC_LEFTOVERS
     }
 }
 

@@ -20,12 +20,7 @@ mod start;
 use std::path::{Path, PathBuf};
 
 use clap::{CommandFactory, Parser, Subcommand};
-
-/// Exit status for cleanroom's own failures (bad input, unsafe state dir, setup errors).
-pub const EXIT_OWN_FAILURE: u8 = 125;
-
-/// Exit status of plain `cleanroom`: nothing was asked, the help is shown.
-pub const EXIT_NO_SUBCOMMAND: u8 = 2;
+use cleanroom::exit::{EXIT_NO_SUBCOMMAND, EXIT_OWN_FAILURE};
 
 /// Run commands in an owned root; nothing they start or write is left behind.
 #[derive(Parser, Debug)]

@@ -217,7 +217,7 @@ pub fn main(args: RunArgs, global: &Global) -> u8 {
         let text = serde_json::to_string_pretty(&report).expect("report serializes");
         if let Err(e) = std::fs::write(path, text + "\n") {
             say!("cleanroom: cannot write report {}: {e}", path.display());
-            return crate::EXIT_OWN_FAILURE;
+            return cleanroom::exit::EXIT_OWN_FAILURE;
         }
     }
     report.exit.status

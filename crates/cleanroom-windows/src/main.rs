@@ -12,13 +12,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cleanroom::env::EnvOptions;
-use cleanroom::reclaim::{self, GcOptions, State};
+use cleanroom::exit::{EXIT_GC_LEFTOVERS, EXIT_OWN_FAILURE};
+use cleanroom::reclaim::{self, Budget, GcOptions};
 use cleanroom::remove::RemovalStatus;
 use cleanroom::run::{self, Ending, Protection, RunConfig};
 use cleanroom::Namespace;
-
-/// Exit status for cleanroom's own failures.
-const EXIT_OWN_FAILURE: i32 = 125;
 
 const USAGE: &str = "\
 Run commands in an owned root; nothing they start or write is left behind.
@@ -52,7 +50,7 @@ fn main() {
 /// Prints a one-line error for cleanroom's own failure and returns its exit status.
 fn fail(message: impl std::fmt::Display) -> i32 {
     eprintln!("cleanroom: {message}");
-    EXIT_OWN_FAILURE
+    i32::from(EXIT_OWN_FAILURE)
 }
 
 struct Invocation {
@@ -169,11 +167,15 @@ fn parse_run(args: &mut impl Iterator<Item = OsString>) -> Result<RunConfigArgs,
 }
 
 fn parse_gc(args: &mut impl Iterator<Item = OsString>) -> Result<GcOptions, String> {
-    let mut options = GcOptions::default();
+    let mut options = GcOptions {
+        dry_run: false,
+        include_kept: false,
+        budget: Budget::UNLIMITED,
+    };
     for arg in args {
         match arg.to_str() {
             Some("--dry-run") => options.dry_run = true,
-            Some("--kept") => options.kept = true,
+            Some("--kept") => options.include_kept = true,
             _ => return Err(format!("gc: unknown argument {:?}", arg.to_string_lossy())),
         }
     }
@@ -282,49 +284,44 @@ fn gc_main(options: &GcOptions, namespace: &std::path::Path) -> i32 {
         Ok(ns) => ns,
         Err(e) => return fail(e),
     };
-    let summary = reclaim::gc(&ns, options);
+    let summary = reclaim::gc(&ns, options, &mut |_, _| {});
     let verb = if options.dry_run {
         "would reclaim"
     } else {
         "reclaimed"
     };
-    for path in &summary.removed {
-        println!("{verb} {}", path.display());
+    for name in &summary.removed_names {
+        println!("{verb} {}", ns.path().join(name).display());
     }
     for error in &summary.errors {
         eprintln!("cleanroom: gc: {error}");
     }
+    let skipped =
+        summary.skipped_live + summary.kept + summary.unproven.len() + summary.locked.len();
     println!(
-        "gc: scanned {}, {verb} {}, skipped {}, errors {}",
+        "gc: scanned {}, {verb} {}, skipped {skipped}, errors {}",
         summary.scanned,
-        summary.removed.len(),
-        summary.skipped.len(),
+        summary.removed,
         summary.errors.len()
     );
     if summary.errors.is_empty() {
         0
     } else {
-        1
+        i32::from(EXIT_GC_LEFTOVERS)
     }
 }
 
 fn list_main(namespace: &std::path::Path) -> i32 {
-    let entries = match Namespace::open(namespace).map(|ns| reclaim::list(&ns)) {
-        Ok(Ok(entries)) => entries,
-        Ok(Err(e)) => return fail(format!("cannot list {}: {e}", namespace.display())),
+    let ns = match Namespace::open(namespace) {
+        Ok(ns) => ns,
         Err(e) => return fail(e),
     };
-    for entry in entries {
-        let state = match &entry.state {
-            State::Live => "live".to_string(),
-            State::Stale(why) => format!("stale ({why})"),
-            State::Kept => "kept".to_string(),
-            State::Unproven(why) => format!("unproven ({why})"),
-            State::Foreign => "foreign".to_string(),
-        };
+    for entry in reclaim::list(&ns, false) {
         println!(
-            "{}\t{state}\t{}",
-            entry.path.display(),
+            "{}\t{} ({})\t{}",
+            ns.path().join(&entry.raw_name).display(),
+            entry.state.as_str(),
+            entry.reason,
             entry.command.join(" ")
         );
     }

@@ -13,6 +13,7 @@
 //! - [`remove`]: fd-relative, symlink-proof, mount-aware removal of a root;
 //! - [`reclaim`]: `gc` and `list`, reclaiming stale roots only on proof of death;
 //! - [`report`]: the versioned JSON report of a run;
+//! - [`exit`]: the exit statuses scripts rely on, the same on every platform;
 //! - [`secrets`]: which environment variables look like credentials.
 #![deny(missing_docs)]
 #![cfg(any(target_os = "linux", target_os = "macos", windows))]
@@ -21,6 +22,7 @@
 pub mod duration;
 pub mod env;
 mod error;
+pub mod exit;
 mod layout;
 pub mod marker;
 pub mod namespace;
@@ -42,10 +44,7 @@ pub mod contain;
 #[cfg(windows)]
 #[path = "contain/windows.rs"]
 pub mod contain;
-#[cfg(target_os = "linux")]
-pub mod reclaim;
-#[cfg(windows)]
-#[path = "reclaim/windows.rs"]
+#[cfg(any(target_os = "linux", windows))]
 pub mod reclaim;
 #[cfg(target_os = "linux")]
 pub mod run;

@@ -7,17 +7,13 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 
-use super::{Entry, EntryState};
 use crate::marker::{Kept, Marker, MarkerProblem, MARKER_FILE, MAX_MARKER_BYTES};
 use crate::namespace::{self, EntryKind, Namespace};
 use crate::process::{Host, Liveness};
-
-/// A pending directory whose run id is younger than this is left to its creator.
-pub(super) const PENDING_MIN_AGE_SECS: u64 = 60;
+use crate::reclaim::{dead_owner_verdict, now_secs, pending_is_young, Entry, EntryState};
 
 /// An entry judged, with its directory still open when it may be reclaimed.
 pub(super) struct Judged {
@@ -75,23 +71,16 @@ impl Judged {
     /// The state of a dead owner's entry whose lock this gc now holds. A root kept on failure
     /// stays open and locked: how many newer ones were kept decides ([`Judged::retained`]).
     pub fn dead_and_locked(self, include_kept: bool) -> Judged {
-        let kept = self.entry.kept;
         if self.kind == EntryKind::Trash {
             // A quarantined root is already half removed, kept or not: finish it.
-            self.state(EntryState::Leftover, "removal did not finish")
-        } else if include_kept || kept.is_none() {
-            let reason = self.owner_gone.clone();
-            self.state(EntryState::Stale, reason)
-        } else if let Some(Kept::OnFailure { exit_status, .. }) = kept {
-            self.state(
-                EntryState::Kept,
-                format!("kept on failure (exit status {exit_status})"),
-            )
+            return self.state(EntryState::Leftover, "removal did not finish");
+        }
+        let kept = self.entry.kept;
+        let (state, reason) = dead_owner_verdict(kept, include_kept, self.owner_gone.clone());
+        if state == EntryState::Kept && kept == Some(Kept::Always) {
+            self.left(state, reason)
         } else {
-            self.left(
-                EntryState::Kept,
-                "kept with --keep-root (gc --kept reclaims it)",
-            )
+            self.state(state, reason)
         }
     }
 
@@ -139,13 +128,6 @@ impl Judged {
             )
         }
     }
-}
-
-pub(super) fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
 }
 
 /// Judges the entry `name` of `ns` as seen from `here`.
@@ -300,9 +282,7 @@ fn without_marker(
     run_id: &str,
     problem: &MarkerProblem,
 ) -> Judged {
-    let pending_young = judged.kind == EntryKind::Pending
-        && namespace::run_id_unix_secs(run_id)
-            .is_none_or(|t| now_secs().saturating_sub(t) < PENDING_MIN_AGE_SECS);
+    let pending_young = judged.kind == EntryKind::Pending && pending_is_young(run_id);
     let shape = if is_empty_dir(&dir) {
         Some("empty")
     } else if judged.kind == EntryKind::Pending && problem.damaged && is_skeleton(&dir, ns.euid()) {

@@ -1,6 +1,14 @@
 //! Stale recovery: `cleanroom gc`, `cleanroom list`, and the bounded reclamation at the start of
 //! runs. See `docs/removal.md` for the order of checks.
 //!
+//! This module is the same on every platform: the types `gc --json` and `list --json` print
+//! ([`GcSummary`], [`Listing`], [`Entry`] and its [`EntryState`]), the options ([`GcOptions`],
+//! [`Budget`]), and what every pass does the same way: entries in name order, one at a time,
+//! until the budget runs out; the count of what was left; the verdict on a dead owner's kept
+//! root; the age below which a pending directory is left to its creator; disk usage. How one
+//! entry is judged and removed is the private `os` child's, chosen once: `linux.rs` (with
+//! `judge`, `orphans`, `retention`, `state` and `watchdogs`) or `windows.rs`.
+//!
 //! A namespace entry is removed only when ALL of these hold, checked in this order:
 //! 1. its name is ours (`run-<id>`, `.pending-run-<id>`, `.trash-run-<id>`);
 //! 2. it is a real directory (lstat, no symlink) owned by the effective uid, and the directory we
@@ -17,12 +25,12 @@
 //!    its tagged processes and its cgroup are killed and the lock is tried again; a lock still
 //!    held then belongs to a process that is not the run's, and the entry is left (`locked`);
 //! 6. it is not kept (`--keep-root`) unless kept roots were asked for; a root kept on failure
-//!    is kept only while fewer newer ones are than its marker's `retain` ([`retention`]);
-//! 7. its run id is not alive elsewhere ([`orphans`]: another entry with that id not provably
+//!    is kept only while fewer newer ones are than its marker's `retain` (`retention`);
+//! 7. its run id is not alive elsewhere (`orphans`: another entry with that id not provably
 //!    dead, or tagged processes of another state directory).
 //!
 //! Then processes still carrying the run's `CLEANROOM_RUN_ID` (same uid), its recorded cgroup
-//! and its watchdog if it was left stopped ([`watchdogs`]) are killed, and the entry goes
+//! and its watchdog if it was left stopped (`watchdogs`) are killed, and the entry goes
 //! through the removal module. A kept root for which 1–5 and 7 hold keeps its directory, not
 //! its dead run's processes: `gc` kills them all the same (not `list`, nor the start of a run). Everything else is reported and left alone. The only exceptions
 //! to 3: an empty directory with one of our names, and the
@@ -31,35 +39,34 @@
 //! lost. A published root with a damaged marker is `unproven`: listed with the command that
 //! removes it, never touched.
 //!
+//! Windows (`windows.rs`) checks 1, 3 (the owner is the user SID; a pending directory older than
+//! a minute without a marker is an abandoned creation, removed), 5 (the lock is a `LockFileEx`
+//! lock on the marker: refused means its owner is alive; taken, it is held until the removal is
+//! done), 4, then 6; it hunts no orphans (a run's Job Object dies with its runner) and
+//! remembers no passes.
+//!
 //! Cost: one `readdir`, about a dozen system calls per entry, and at most one pass over `/proc`
 //! per reclamation (made when the first candidate is met); a run's orphans are looked for again
 //! only when that pass found some. The start of a run makes a pass only when one is due
-//! ([`state`]), within its time budget, and skips leftovers known to be stuck.
+//! (`state`), within its time budget, and skips leftovers known to be stuck.
 
-mod judge;
-mod orphans;
-mod retention;
-mod state;
-mod watchdogs;
+#[cfg(target_os = "linux")]
+#[path = "linux.rs"]
+mod os;
+#[cfg(windows)]
+#[path = "windows.rs"]
+mod os;
 
-use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::contain;
 use crate::marker::Kept;
-use crate::namespace::{EntryKind, Namespace};
-use crate::process::{Host, ProcessInfo};
-use crate::remove::{self, Persistence, RemovalStatus};
-
-use judge::Judged;
-pub use orphans::LockHolder;
-use orphans::Tagged;
-pub use state::FULL_PASS_INTERVAL;
+use crate::namespace::{run_id_unix_secs, Namespace};
+use crate::process::ProcessInfo;
+use crate::remove::Persistence;
 
 /// Value of the `format` field of a [`GcSummary`].
 pub const GC_FORMAT: &str = "cleanroom-gc";
@@ -67,6 +74,14 @@ pub const GC_FORMAT: &str = "cleanroom-gc";
 pub const LIST_FORMAT: &str = "cleanroom-list";
 /// Version of both JSON documents.
 pub const JSON_VERSION: u32 = 1;
+
+/// How long after a full pass the start of a run makes the next one, where passes are
+/// remembered (Linux: in an extended attribute of the namespace). Windows remembers none: every
+/// run makes its bounded pass.
+pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A pending directory whose run id is younger than this is left to its creator.
+const PENDING_MIN_AGE_SECS: u64 = 60;
 
 /// The state of a namespace entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -105,6 +120,11 @@ impl EntryState {
             EntryState::Locks => "locks",
             EntryState::Foreign => "foreign",
         }
+    }
+
+    /// Whether the verdict makes the entry a candidate for removal.
+    fn is_candidate(self) -> bool {
+        matches!(self, EntryState::Stale | EntryState::Leftover)
     }
 }
 
@@ -171,6 +191,16 @@ impl Entry {
             kept: None,
         }
     }
+}
+
+/// A process holding the lock of a root (on Linux, as `/proc/locks` names it; Windows names
+/// none).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LockHolder {
+    /// The pid that took the lock (it may since have exited, leaving the descriptor to a child).
+    pub pid: i32,
+    /// Its command line, when it is still alive.
+    pub command: Option<String>,
 }
 
 /// Bounds of one reclamation.
@@ -249,14 +279,14 @@ pub struct GcSummary {
     /// Whether the budget ran out before every entry was handled.
     pub truncated: bool,
     /// Bytes freed, as seen by the filesystem's free space (in a dry run: the disk usage of what
-    /// would be removed).
+    /// would be removed; on Windows only a dry run measures it).
     pub bytes_freed: u64,
     /// Processes of dead runs that were killed (in a dry run: that would be).
     pub killed: Vec<ProcessInfo>,
     /// Names removed (or that would be).
     pub removed_names: Vec<String>,
     /// Entries of `locks/` removed by `cleanroom gc` (or that would be), as `locks/NAME`: what
-    /// cannot be lock state, and the files of locks nobody holds (see [`crate::lock::sweep`]).
+    /// cannot be lock state, and the files of locks nobody holds (see `lock::sweep`).
     pub locks_removed: Vec<String>,
 }
 
@@ -285,6 +315,29 @@ impl Default for GcSummary {
     }
 }
 
+impl GcSummary {
+    /// Counts an entry the pass leaves: live, kept, foreign, unproven or locked.
+    fn tally(&mut self, entry: &Entry) {
+        match entry.state {
+            EntryState::Live => self.skipped_live += 1,
+            EntryState::Kept => self.kept += 1,
+            EntryState::Foreign => self.foreign += 1,
+            EntryState::Unproven => self.unproven.push(entry.name.clone()),
+            EntryState::Locked => self.locked.push(LockedEntry {
+                name: entry.name.clone(),
+                holders: entry.lock_holders.clone(),
+            }),
+            EntryState::Stale | EntryState::Leftover | EntryState::Locks => {}
+        }
+    }
+
+    /// Counts an entry removed (or that would be).
+    fn removed(&mut self, name: String) {
+        self.removed += 1;
+        self.removed_names.push(name);
+    }
+}
+
 /// What `list --json` prints (format `cleanroom-list`, version 1).
 #[derive(Clone, Debug, Serialize)]
 pub struct Listing {
@@ -298,487 +351,24 @@ pub struct Listing {
     pub state_dir_bytes: Option<Vec<u8>>,
     /// Every entry, sorted by name.
     pub entries: Vec<Entry>,
-    /// The exclusive locks and their holders.
-    pub locks: Vec<crate::lock::LockInfo>,
-}
-
-/// Whether a pass may act, or only look.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// `list` and `gc --dry-run`: nothing is killed, locked for long, or removed.
-    Inspect,
-    /// `gc` and the start of a run.
-    Reclaim,
-}
-
-/// One pass over the namespace.
-struct Pass<'a> {
-    ns: &'a Namespace,
-    here: Host,
-    mode: Mode,
-    include_kept: bool,
-    budget: Budget,
-    started: Instant,
-    /// The one pass over `/proc`, made when the first candidate needs it.
-    tagged: Option<Tagged>,
-    /// The cgroup2 mount, read when the first recorded cgroup is met.
-    cgroup_mount: Option<Option<PathBuf>>,
-    /// The roots kept on failure, read when the first one is judged.
-    kept_on_failure: Option<retention::KeptOnFailure>,
-    /// Leftovers not to try (known stuck, at the start of a run).
-    skip: HashSet<String>,
-    /// Whether entries whose dead owner's lock is held are settled (their leftovers killed and
-    /// the lock retried, up to half a second): `gc`, not the start of a run.
-    settle_locks: bool,
-    /// Whether what a dead run left (tagged processes, cgroup, stopped watchdog) is killed (in
-    /// a dry run: named) when its root is kept: the directory stays, the processes do not.
-    /// `gc`, not `list` nor the start of a run (which must not pay for what other runs left).
-    kill_kept_leftovers: bool,
-    /// Whether `locks/` is swept of what commands left there: `gc`, not the start of a run.
-    sweep_locks: bool,
-    summary: GcSummary,
-    /// Names whose removal gave up (not merely ran out of time).
-    stuck: Vec<String>,
-}
-
-impl<'a> Pass<'a> {
-    fn new(ns: &'a Namespace, mode: Mode, include_kept: bool, budget: Budget) -> Option<Pass<'a>> {
-        let here = Host::current().ok()?;
-        Some(Pass {
-            ns,
-            here,
-            mode,
-            include_kept,
-            budget,
-            started: Instant::now(),
-            tagged: None,
-            cgroup_mount: None,
-            kept_on_failure: None,
-            skip: HashSet::new(),
-            settle_locks: mode == Mode::Reclaim,
-            kill_kept_leftovers: false,
-            sweep_locks: false,
-            summary: GcSummary {
-                dry_run: mode == Mode::Inspect,
-                ..GcSummary::default()
-            },
-            stuck: Vec::new(),
-        })
-    }
-
-    fn tagged(&mut self) -> &Tagged {
-        let uid = self.ns.euid();
-        self.tagged.get_or_insert_with(|| Tagged::scan(uid))
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        self.budget.max_time.map(|t| self.started + t)
-    }
-
-    fn out_of_budget(&self) -> bool {
-        let over_time = self.deadline().is_some_and(|d| Instant::now() >= d);
-        let over_count = self
-            .budget
-            .max_count
-            .is_some_and(|n| self.summary.removed >= n);
-        over_time || over_count
-    }
-
-    /// Judges `name` completely: a `Locked` verdict is settled, a candidate's run id checked for
-    /// protection. Candidates come back with their directory locked.
-    fn judge(&mut self, name: &OsStr) -> Judged {
-        let mut judged = judge::judge(self.ns, name, &self.here, self.include_kept);
-        if judged.entry.state == EntryState::Locked {
-            judged = self.settle_locked(judged);
-        }
-        if let Some(created) = judged.retention_applies() {
-            let ns = self.ns;
-            let newer = self
-                .kept_on_failure
-                .get_or_insert_with(|| retention::KeptOnFailure::scan(ns))
-                .newer_than(created, name);
-            judged = judged.retained(newer);
-        }
-        if self.kill_kept_leftovers && judged.is_kept_of_dead_run() {
-            self.kill_kept_leftovers(&judged);
-        }
-        if is_candidate(&judged) {
-            if let Some(run_id) = judged.entry.run_id.clone() {
-                let here = self.here.clone();
-                let ns = self.ns;
-                if let Some(reason) = orphans::protection(ns, name, &run_id, &here, self.tagged()) {
-                    judged = judged.left(EntryState::Live, reason);
-                }
-            }
-        }
-        judged
-    }
-
-    /// An entry whose owner is dead but whose lock is held: the run's leftovers are killed (when
-    /// reclaiming) and the lock tried again; otherwise the holders are named.
-    fn settle_locked(&mut self, mut judged: Judged) -> Judged {
-        let run_id = judged.entry.run_id.clone().expect("a marker");
-        let (dev, ino) = judged.identity.expect("opened");
-        let owner_pid = judged.entry.owner_pid.unwrap_or_default();
-        let kept = judged.entry.kept.is_some() && judged.kind != EntryKind::Trash;
-        if kept && !self.include_kept && !self.kill_kept_leftovers {
-            // `list` and the start of a run: a kept root stays whoever holds its lock.
-            return judged.left(
-                EntryState::Kept,
-                "kept (gc --kept reclaims it); its owner is gone but its lock is held \
-                 (`cleanroom gc` kills what the run left)",
-            );
-        }
-        if self.settle_locks {
-            let protected = {
-                let (ns, here) = (self.ns, self.here.clone());
-                orphans::protection(ns, &judged.entry.raw_name, &run_id, &here, self.tagged())
-            };
-            if let Some(reason) = protected {
-                return judged.left(EntryState::Live, reason);
-            }
-            let cgroup = judged.marker.as_ref().and_then(|m| m.cgroup.clone());
-            self.kill_orphans(&run_id, cgroup.as_deref());
-            if lock_within(&judged, Duration::from_millis(500)) {
-                if !judged.still_named(self.ns) {
-                    return judged.left(EntryState::Live, "removed while being inspected");
-                }
-                let mut settled = judged.dead_and_locked(self.include_kept);
-                settled
-                    .entry
-                    .reason
-                    .push_str("; its leftover processes held its lock");
-                return settled;
-            }
-        }
-        let holders = orphans::lock_holders(dev, ino);
-        let run_holds_it = self.tagged().has(&run_id)
-            && holders.iter().filter(|h| h.command.is_some()).all(|h| {
-                u32::try_from(h.pid).is_ok_and(|pid| orphans::is_tagged_with(pid, &run_id))
-            });
-        let holders_text = orphans::describe(&holders);
-        if run_holds_it && self.mode == Mode::Inspect {
-            let mut settled = judged.dead_and_locked(self.include_kept);
-            settled.entry.reason.push_str(&format!(
-                "; its lock is held by processes it left: {holders_text}, which gc kills first"
-            ));
-            return settled;
-        }
-        let reason = if run_holds_it {
-            format!(
-                "owner pid {owner_pid} is gone; its lock is held by processes it left: \
-                 {holders_text}, which `cleanroom gc` kills first"
-            )
-        } else {
-            format!(
-                "owner pid {owner_pid} is gone, but its lock is held by {holders_text}, \
-                 not part of the run: left alone"
-            )
-        };
-        judged.entry.lock_holders = holders;
-        judged.left(EntryState::Locked, reason)
-    }
-
-    /// Kills what the dead run `run_id` left: its tagged processes (only if the pass found any)
-    /// and its recorded cgroup (which `contain` verifies; a missing one costs one failed open).
-    fn kill_orphans(&mut self, run_id: &str, cgroup: Option<&str>) {
-        let uid = self.ns.euid();
-        let cgroup = cgroup.filter(|path| self.cgroup_may_exist(path));
-        let killed = if self.tagged().has(run_id) {
-            contain::kill_orphans(run_id, uid, cgroup)
-        } else if let Some(cgroup) = cgroup {
-            contain::kill_cgroup_path(std::path::Path::new(cgroup), run_id)
-        } else {
-            Vec::new()
-        };
-        self.summary.killed.extend(killed);
-        self.kill_abandoned_watchdogs(run_id);
-    }
-
-    /// Whether a recorded cgroup is worth handing to `contain`, which verifies it for real: a
-    /// path below the cgroup2 mount (read once per pass) that still exists. A cgroup a watchdog or
-    /// its runner removed then costs one `lstat`, and a forged path outside the mount none.
-    fn cgroup_may_exist(&mut self, path: &str) -> bool {
-        let mount = self
-            .cgroup_mount
-            .get_or_insert_with(|| contain::cgroup2_mount().ok());
-        let below = mount
-            .as_ref()
-            .is_some_and(|m| std::path::Path::new(path).starts_with(m));
-        below
-            && rustix::fs::statat(
-                rustix::fs::CWD,
-                path,
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW | rustix::fs::AtFlags::NO_AUTOMOUNT,
-            )
-            .is_ok()
-    }
-
-    /// Kills what the dead run of a kept root left (in a dry run: names it), unless its run id
-    /// is alive elsewhere; the root itself stays.
-    fn kill_kept_leftovers(&mut self, judged: &Judged) {
-        let (Some(run_id), Some(marker)) = (&judged.entry.run_id, &judged.marker) else {
-            return;
-        };
-        let (ns, here) = (self.ns, self.here.clone());
-        let name = judged.entry.raw_name.as_os_str();
-        if orphans::protection(ns, name, run_id, &here, self.tagged()).is_some() {
-            return;
-        }
-        match self.mode {
-            Mode::Inspect => self.would_kill(run_id, marker.cgroup.as_deref()),
-            Mode::Reclaim => self.kill_orphans(run_id, marker.cgroup.as_deref()),
-        }
-    }
-
-    /// Kills the watchdogs of the dead run `run_id` that the pass over `/proc` found stopped with
-    /// their runner gone (in a dry run: names them), see [`watchdogs`].
-    fn kill_abandoned_watchdogs(&mut self, run_id: &str) {
-        let (uid, dry_run) = (self.ns.euid(), self.mode == Mode::Inspect);
-        let pids = self.tagged().watchdogs_of(run_id).to_vec();
-        let killed = pids
-            .into_iter()
-            .filter_map(|pid| watchdogs::kill_if_abandoned(pid, run_id, uid, dry_run));
-        self.summary.killed.extend(killed);
-    }
-
-    /// What would be killed for `run_id` (a dry run).
-    fn would_kill(&mut self, run_id: &str, cgroup: Option<&str>) {
-        let mut found = self.tagged().processes(run_id);
-        if let Some(cgroup) = cgroup.filter(|path| self.cgroup_may_exist(path)) {
-            for p in contain::recorded_cgroup_members(std::path::Path::new(cgroup), run_id) {
-                if !found.iter().any(|f| f.id == p.id) {
-                    found.push(p);
-                }
-            }
-        }
-        self.summary.killed.extend(found);
-        self.kill_abandoned_watchdogs(run_id);
-    }
-
-    /// Judges and (when reclaiming) removes the entry `name`.
-    fn handle(&mut self, name: &OsStr) {
-        let judged = self.judge(name);
-        self.summary.scanned += 1;
-        let entry = &judged.entry;
-        match entry.state {
-            EntryState::Live => self.summary.skipped_live += 1,
-            EntryState::Kept => self.summary.kept += 1,
-            EntryState::Foreign => self.summary.foreign += 1,
-            EntryState::Unproven => self.summary.unproven.push(entry.name.clone()),
-            EntryState::Locked => self.summary.locked.push(LockedEntry {
-                name: entry.name.clone(),
-                holders: entry.lock_holders.clone(),
-            }),
-            EntryState::Stale | EntryState::Leftover => self.reclaim(judged),
-            EntryState::Locks if self.sweep_locks => self.sweep_locks(),
-            EntryState::Locks => {}
-        }
-    }
-
-    /// Sweeps `locks/` (see [`crate::lock::sweep`]); in a dry run, counts what would go.
-    fn sweep_locks(&mut self) {
-        let dry_run = self.mode == Mode::Inspect;
-        let swept = match crate::lock::sweep(self.ns, dry_run) {
-            Ok(swept) => swept,
-            Err(e) => return self.summary.errors.push(e.to_string()),
-        };
-        for path in swept.removed {
-            if dry_run {
-                self.summary.bytes_freed += disk_usage(path.clone());
-            }
-            let name = path.strip_prefix(self.ns.path()).unwrap_or(&path);
-            self.summary
-                .locks_removed
-                .push(name.to_string_lossy().into_owned());
-        }
-        self.summary.errors.extend(swept.errors);
-    }
-
-    /// Kills a candidate's orphans and removes it (or says it would).
-    fn reclaim(&mut self, judged: Judged) {
-        let name = judged.entry.name.clone();
-        if judged.kind == EntryKind::Trash && self.skip.contains(&name) {
-            self.summary.stuck_skipped.push(name);
-            return;
-        }
-        let cgroup = judged.marker.as_ref().and_then(|m| m.cgroup.clone());
-        let run_id = judged.entry.run_id.clone();
-        if self.mode == Mode::Inspect {
-            if let Some(run_id) = &run_id {
-                self.would_kill(run_id, cgroup.as_deref());
-            }
-            self.summary.bytes_freed += disk_usage(self.ns.path().join(&judged.entry.raw_name));
-            self.removed(name);
-            return;
-        }
-        let Some(dir) = &judged.dir else { return };
-        let Some(marker) = &judged.marker else {
-            match judge::remove_skeleton(self.ns, &judged) {
-                Ok(()) => self.removed(name),
-                Err(e) => self.summary.errors.push(e),
-            }
-            return;
-        };
-        if let Some(run_id) = &run_id {
-            self.kill_orphans(run_id, cgroup.as_deref());
-        }
-        let how = Persistence {
-            retries: self.budget.max_time.is_none(),
-            deadline: self.deadline(),
-        };
-        let removal = remove::remove_entry(self.ns, &name, dir, marker, how);
-        match removal.status {
-            RemovalStatus::Removed => self.removed(name),
-            RemovalStatus::Leftover(reason) | RemovalStatus::Refused(reason) => {
-                if let Some(left) = removal
-                    .path
-                    .file_name()
-                    .filter(|_| !removal.stats.interrupted)
-                {
-                    self.stuck.push(left.to_string_lossy().into_owned());
-                }
-                self.summary
-                    .errors
-                    .push(format!("{}: {reason}", removal.path.display()))
-            }
-        }
-    }
-
-    fn removed(&mut self, name: String) {
-        self.summary.removed += 1;
-        self.summary.removed_names.push(name);
-    }
-
-    /// Goes through `names` in order until the budget runs out; returns how many were handled.
-    /// The first is always handled, so that passes cut short still make progress.
-    fn run(&mut self, names: &[OsString], progress: &mut dyn FnMut(usize, usize)) -> usize {
-        let total = names.len();
-        for (done, name) in names.iter().enumerate() {
-            if done > 0 && self.out_of_budget() {
-                self.summary.truncated = true;
-                return done;
-            }
-            progress(done, total);
-            self.handle(name);
-        }
-        progress(total, total);
-        total
-    }
-}
-
-/// Whether a verdict makes the entry a candidate for removal.
-fn is_candidate(judged: &Judged) -> bool {
-    matches!(judged.entry.state, EntryState::Stale | EntryState::Leftover)
-}
-
-/// Tries the exclusive lock for up to `patience` (the killed holders' descriptors close as
-/// their processes finish exiting).
-fn lock_within(judged: &Judged, patience: Duration) -> bool {
-    let until = Instant::now() + patience;
-    loop {
-        if judged.try_lock() {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// The names in the namespace, sorted (`.` and `..` left out).
-fn entry_names(ns: &Namespace) -> Vec<OsString> {
-    let Ok(mut dir) = rustix::fs::Dir::read_from(ns.dir()) else {
-        return Vec::new();
-    };
-    let mut names = Vec::new();
-    while let Some(Ok(e)) = dir.read() {
-        let n = e.file_name().to_bytes();
-        if n != b"." && n != b".." {
-            names.push(OsStr::from_bytes(n).to_os_string());
-        }
-    }
-    names.sort();
-    names
+    /// The exclusive locks and their holders (none on Windows yet).
+    pub locks: Vec<os::LockInfo>,
 }
 
 /// Every entry of the namespace with its state; `sizes` adds disk usage (slower).
 pub fn list(ns: &Namespace, sizes: bool) -> Vec<Entry> {
-    let names = entry_names(ns);
-    let Some(mut pass) = Pass::new(ns, Mode::Inspect, false, Budget::UNLIMITED) else {
-        return names
+    let names = os::entry_names(ns);
+    match os::Lister::new(ns) {
+        Ok(mut lister) => names.iter().map(|name| lister.entry(name, sizes)).collect(),
+        Err(why) => names
             .iter()
             .map(|name| Entry {
                 state: EntryState::Live,
-                reason: "cannot read boot id".into(),
+                reason: why.clone(),
                 ..Entry::named(name)
             })
-            .collect();
-    };
-    names
-        .iter()
-        .map(|name| {
-            let mut entry = pass.judge(name).entry;
-            if entry.state == EntryState::Locks {
-                describe_locks(ns, &mut entry);
-            } else if sizes && entry.state != EntryState::Foreign {
-                entry.size_bytes = Some(disk_usage(ns.path().join(name)));
-            }
-            entry
-        })
-        .collect()
-}
-
-/// The lock directory as `list` shows it: always with its size (every protected command can
-/// write there), and how many of its entries `cleanroom gc` would remove.
-fn describe_locks(ns: &Namespace, entry: &mut Entry) {
-    entry.size_bytes = Some(disk_usage(ns.path().join(&entry.raw_name)));
-    match crate::lock::sweep(ns, true) {
-        Ok(swept) if !swept.removed.is_empty() => entry.reason.push_str(&format!(
-            "; {} entries that are not lock state or belong to no holder: `cleanroom gc` \
-             removes them",
-            swept.removed.len()
-        )),
-        Ok(_) => {}
-        Err(e) => entry.reason.push_str(&format!("; cannot be read: {e}")),
+            .collect(),
     }
-}
-
-/// Bytes used by a tree, without following symlinks or crossing devices.
-fn disk_usage(path: PathBuf) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(top) = std::fs::symlink_metadata(&path) else {
-        return 0;
-    };
-    let mut total = top.blocks() * 512;
-    let mut stack = vec![path];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            total += m.blocks() * 512;
-            if m.is_dir() && m.dev() == top.dev() {
-                stack.push(e.path());
-            }
-        }
-    }
-    total
-}
-
-fn free_bytes(ns: &Namespace) -> u64 {
-    rustix::fs::fstatvfs(ns.dir())
-        .map(|s| s.f_bavail * s.f_frsize)
-        .unwrap_or(0)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
 }
 
 /// Reclaims stale roots and leftovers of `ns` (`cleanroom gc`). `progress(done, total)` is called
@@ -792,102 +382,229 @@ pub fn gc(
     options: &GcOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> GcSummary {
-    let mode = if options.dry_run {
-        Mode::Inspect
-    } else {
-        Mode::Reclaim
-    };
-    let Some(mut pass) = Pass::new(ns, mode, options.include_kept, options.budget) else {
-        return GcSummary {
-            dry_run: options.dry_run,
-            errors: vec!["cannot read boot id; nothing can be proven stale".into()],
-            ..GcSummary::default()
-        };
-    };
-    pass.kill_kept_leftovers = true;
-    pass.sweep_locks = true;
-    let free_before = free_bytes(ns);
-    let names = entry_names(ns);
-    let done = pass.run(&names, progress);
-    if mode == Mode::Reclaim {
-        pass.summary.bytes_freed = free_bytes(ns).saturating_sub(free_before);
-        remember(&mut pass, done == names.len());
-    }
-    pass.summary
+    os::gc(ns, options, progress)
 }
 
-/// The reclamation at the start of a run: a bounded pass when one is due (every [`FULL_PASS_INTERVAL`]),
-/// continuing where the last one stopped and skipping leftovers known to be stuck. Removals get
-/// one attempt each, within the budget's time; the summary says when no pass was made and why.
+/// The reclamation at the start of a run: a bounded pass. On Linux only when one is due (every
+/// [`FULL_PASS_INTERVAL`]), continuing where the last one stopped and skipping leftovers known
+/// to be stuck; removals get one attempt each, within the budget's time; the summary says when
+/// no pass was made and why. Windows makes the pass every time.
 pub fn at_run_start(ns: &Namespace, budget: Budget) -> GcSummary {
-    let not_run = |why: String| GcSummary {
-        not_run: Some(why),
-        ..GcSummary::default()
-    };
-    let mut saved = match state::SavedState::open(ns) {
-        Ok(saved) => Some(saved),
-        Err(why) => {
-            tracing::debug!("reclaiming without remembering: {why}");
-            None
-        }
-    };
-    if let Some(saved) = &mut saved {
-        if !saved.state.due(now_ms()) {
-            return not_run("the last full pass is less than a minute old".into());
-        }
-        if !saved.try_lock() {
-            return not_run("another run is making the pass".into());
-        }
-        if !saved.state.due(now_ms()) {
-            return not_run("another run has just made the pass".into());
-        }
-    }
-    let Some(mut pass) = Pass::new(ns, Mode::Reclaim, false, budget) else {
-        return not_run("cannot read boot id".into());
-    };
-    pass.settle_locks = false;
-    let names = entry_names(ns);
-    let cursor = saved.as_ref().and_then(|s| s.state.cursor.clone());
-    let start = cursor.map_or(0, |c| {
-        names.partition_point(|n| n.as_os_str() <= OsStr::new(&c))
-    });
-    if let Some(saved) = &saved {
-        pass.skip = saved.state.stuck.iter().cloned().collect();
-    }
-    let done = pass.run(&names[start..], &mut |_, _| {});
-    if let Some(saved) = &mut saved {
-        let state = &mut saved.state;
-        if start + done == names.len() {
-            state.cursor = None;
-            state.last_full_pass_unix_ms = now_ms();
-        } else if done > 0 {
-            state.cursor = Some(names[start + done - 1].to_string_lossy().into_owned());
-        }
-        state.record(&pass.stuck, &pass.summary.removed_names);
-        if let Err(e) = saved.save() {
-            tracing::debug!("cannot update {}: {e}", state::STATE_XATTR);
-        }
-    }
-    pass.summary
+    os::at_run_start(ns, budget)
 }
 
-/// After a full `cleanroom gc`: the stuck list is what this pass found, and a complete pass
-/// spares the next runs theirs.
-fn remember(pass: &mut Pass<'_>, complete: bool) {
-    let Ok(mut saved) = state::SavedState::open(pass.ns) else {
-        return;
+/// A pass's bounds, and when it started.
+#[derive(Clone, Copy)]
+struct Clock {
+    budget: Budget,
+    started: Instant,
+}
+
+impl Clock {
+    fn start(budget: Budget) -> Clock {
+        Clock {
+            budget,
+            started: Instant::now(),
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.budget.max_time.map(|t| self.started + t)
+    }
+
+    /// Whether the pass must stop, having removed `removed` entries.
+    fn exhausted(&self, removed: usize) -> bool {
+        let over_time = self.deadline().is_some_and(|d| Instant::now() >= d);
+        let over_count = self.budget.max_count.is_some_and(|n| removed >= n);
+        over_time || over_count
+    }
+
+    /// How hard a removal tries: every retry when the pass has no time bound (`cleanroom gc`),
+    /// otherwise one attempt, stopped at the deadline.
+    fn persistence(&self) -> Persistence {
+        Persistence {
+            retries: self.budget.max_time.is_none(),
+            deadline: self.deadline(),
+        }
+    }
+}
+
+/// One platform's pass over the namespace: judging and handling an entry are the platform's;
+/// the order, the budget, the progress and the count are [`run`]'s.
+trait Pass {
+    /// The pass's bounds, and what it did so far.
+    fn books(&mut self) -> (&Clock, &mut GcSummary);
+    /// Judges and (when reclaiming) removes the entry `name`.
+    fn handle(&mut self, name: &OsStr);
+}
+
+/// Goes through `names` in order until the budget runs out; returns how many were handled.
+/// The first is always handled, so that passes cut short still make progress.
+fn run(pass: &mut impl Pass, names: &[OsString], progress: &mut dyn FnMut(usize, usize)) -> usize {
+    let total = names.len();
+    for (done, name) in names.iter().enumerate() {
+        let (clock, summary) = pass.books();
+        if done > 0 && clock.exhausted(summary.removed) {
+            summary.truncated = true;
+            return done;
+        }
+        progress(done, total);
+        summary.scanned += 1;
+        pass.handle(name);
+    }
+    progress(total, total);
+    total
+}
+
+/// The verdict on a root whose owner is provably dead (`owner_gone` says how) and whose lock
+/// this pass holds: stale, unless its marker says it is kept and kept roots were not asked for.
+fn dead_owner_verdict(
+    kept: Option<Kept>,
+    include_kept: bool,
+    owner_gone: String,
+) -> (EntryState, String) {
+    match kept {
+        None => (EntryState::Stale, owner_gone),
+        Some(_) if include_kept => (EntryState::Stale, owner_gone),
+        Some(Kept::OnFailure { exit_status, .. }) => (
+            EntryState::Kept,
+            format!("kept on failure (exit status {exit_status})"),
+        ),
+        Some(Kept::Always) => (
+            EntryState::Kept,
+            "kept with --keep-root (gc --kept reclaims it)".into(),
+        ),
+    }
+}
+
+/// Whether a pending directory of `run_id` may still be in its creator's hands: its run id is
+/// younger than [`PENDING_MIN_AGE_SECS`] (or has no time in it).
+fn pending_is_young(run_id: &str) -> bool {
+    run_id_unix_secs(run_id).is_none_or(|t| now_secs().saturating_sub(t) < PENDING_MIN_AGE_SECS)
+}
+
+fn now_secs() -> u64 {
+    now_ms() / 1000
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// Bytes used by a tree, without following symlinks (or reparse points) or crossing devices.
+fn disk_usage(path: PathBuf) -> u64 {
+    let Ok(top) = std::fs::symlink_metadata(&path) else {
+        return 0;
     };
-    if !saved.try_lock() {
-        return;
+    let mut total = os::allocated(&top);
+    let mut stack = vec![path];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            total += os::allocated(&m);
+            if m.is_dir() && os::same_device(&m, &top) {
+                stack.push(e.path());
+            }
+        }
     }
-    let state = &mut saved.state;
-    state.stuck.clear();
-    state.record(&pass.stuck, &[]);
-    if complete {
-        state.cursor = None;
-        state.last_full_pass_unix_ms = now_ms();
+    total
+}
+
+/// The size of `entry` when asked for: what `list --sizes` shows (never for a foreign entry).
+fn measure(ns: &Namespace, entry: &mut Entry, sizes: bool) {
+    if sizes && entry.state != EntryState::Foreign {
+        entry.size_bytes = Some(disk_usage(ns.path().join(&entry.raw_name)));
     }
-    if let Err(e) = saved.save() {
-        tracing::debug!("cannot update {}: {e}", state::STATE_XATTR);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `gc --json` and `list --json` are the same documents on every platform (one definition):
+    /// these are their fields, as scripts read them.
+    #[test]
+    fn the_json_documents_keep_their_fields() {
+        let keys = |value: serde_json::Value| -> Vec<String> {
+            let mut keys: Vec<String> = value
+                .as_object()
+                .expect("an object")
+                .keys()
+                .cloned()
+                .collect();
+            keys.sort();
+            keys
+        };
+        let sorted = |keys: &[&str]| -> Vec<String> {
+            let mut keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+            keys.sort();
+            keys
+        };
+        let summary = serde_json::to_value(GcSummary::default()).expect("json");
+        assert_eq!(
+            keys(summary),
+            sorted(&[
+                "format",
+                "version",
+                "dry_run",
+                "not_run",
+                "scanned",
+                "removed",
+                "skipped_live",
+                "kept",
+                "foreign",
+                "unproven",
+                "locked",
+                "stuck_skipped",
+                "errors",
+                "truncated",
+                "bytes_freed",
+                "killed",
+                "removed_names",
+                "locks_removed"
+            ])
+        );
+        let entry = serde_json::to_value(Entry::named(OsStr::new("run-x"))).expect("json");
+        assert_eq!(
+            keys(entry),
+            sorted(&[
+                "name",
+                "name_bytes",
+                "state",
+                "reason",
+                "run_id",
+                "owner_pid",
+                "command",
+                "age_secs",
+                "size_bytes",
+                "lock_holders",
+                "kept"
+            ])
+        );
+        let listing = Listing {
+            format: LIST_FORMAT,
+            version: JSON_VERSION,
+            state_dir: String::new(),
+            state_dir_bytes: None,
+            entries: Vec::new(),
+            locks: Vec::new(),
+        };
+        assert_eq!(
+            keys(serde_json::to_value(listing).expect("json")),
+            sorted(&[
+                "format",
+                "version",
+                "state_dir",
+                "state_dir_bytes",
+                "entries",
+                "locks"
+            ])
+        );
     }
 }

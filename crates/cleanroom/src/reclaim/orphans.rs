@@ -16,12 +16,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
-use serde::Serialize;
 
 use crate::env::{ROOT_VAR, RUN_ID_VAR};
 use crate::marker::Marker;
 use crate::namespace::{Namespace, PENDING_PREFIX, ROOT_PREFIX, TRASH_PREFIX};
 use crate::process::{self, Host};
+use crate::reclaim::LockHolder;
 
 /// Processes of one user carrying a run id, and processes named like watchdogs, found in one
 /// pass over `/proc`.
@@ -158,15 +158,6 @@ fn provably_dead(ns: &Namespace, name: &str, run_id: &str, here: &Host) -> bool 
     let dead = Marker::read(std::os::fd::AsFd::as_fd(&dir), ns.user())
         .is_ok_and(|m| m.run_id == run_id && m.owner.liveness(&m.host, here).is_dead());
     dead && rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive).is_ok()
-}
-
-/// A process holding the lock of a root, as `/proc/locks` names it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LockHolder {
-    /// The pid that took the lock (it may since have exited, leaving the descriptor to a child).
-    pub pid: i32,
-    /// Its command line, when it is still alive.
-    pub command: Option<String>,
 }
 
 /// The processes holding `flock`s on the inode `(dev, ino)`, this one excepted.

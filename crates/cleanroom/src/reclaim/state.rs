@@ -23,15 +23,13 @@
 //! user extended attributes, nothing is remembered: every run makes a bounded pass.
 
 use std::os::fd::OwnedFd;
-use std::time::Duration;
 
 use rustix::fs::{FlockOperation, Mode, OFlags, XattrFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::namespace::Namespace;
+use crate::reclaim::FULL_PASS_INTERVAL;
 
-/// How long after a full pass the start of a run makes the next one.
-pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(60);
 /// The extended attribute of the namespace directory holding the state.
 pub const STATE_XATTR: &str = "user.cleanroom.gc-state";
 /// Value of the `format` field.

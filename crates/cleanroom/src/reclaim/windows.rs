@@ -1,199 +1,253 @@
-//! `gc` and `list` on Windows: stale roots reclaimed only on proof of death.
+//! Reclamation on Windows: stale roots reclaimed only on proof of death.
 //!
 //! Order of checks for an entry `run-<id>` (or `.pending-run-<id>`):
 //! 1. its name parses; anything else is foreign and left alone;
 //! 2. its marker is valid, names this entry's run id and the namespace's user SID; otherwise
-//!    the root is unproven and left alone (a pending entry without a marker is removed once it
-//!    is older than [`PENDING_AGE`]: its creator failed or died before writing it);
+//!    the root is unproven (a damaged marker) or foreign, and left alone (a pending entry with a
+//!    damaged or no marker is removed once it is older than a minute: its creator failed or
+//!    died before writing it);
 //! 3. the liveness lock: if the owner holds it, alive. Otherwise it is now held by us
 //!    (exclusively) until the entry is judged and removed, so no owner can come back;
 //! 4. the recorded owner must be provably dead (other boot, pid gone, pid reused, exited);
 //! 5. kept roots only with `--kept`.
 //!
 //! No orphan processes are hunted: a run's Job Object dies with its runner (KILL_ON_JOB_CLOSE).
+//! The types, the budget and the loop over entries are the parent module's.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::ffi::{OsStr, OsString};
+use std::fs::Metadata;
+use std::path::Path;
 
 use serde::Serialize;
 
+use super::{
+    dead_owner_verdict, disk_usage, pending_is_young, Budget, Clock, Entry, EntryState, GcOptions,
+    GcSummary,
+};
 use crate::marker::{Marker, MarkerFile};
 use crate::namespace::os::open_dir;
-use crate::namespace::{classify, run_id_unix_secs, EntryKind, Namespace};
+use crate::namespace::{classify, EntryKind, Namespace};
 use crate::process::{Host, Liveness};
 use crate::remove::{self, Held, Persistence, RemovalStatus};
 
-/// A pending entry younger than this belongs to a creation in progress.
-pub const PENDING_AGE: Duration = Duration::from_secs(60);
-
-/// What gc is asked to do.
-#[derive(Clone, Debug, Default)]
-pub struct GcOptions {
-    /// Only say what would be reclaimed.
-    pub dry_run: bool,
-    /// Also reclaim roots kept with `--keep-root`.
-    pub kept: bool,
-    /// Stop judging entries after this long (the start of a run is bounded).
-    pub budget: Option<Duration>,
-}
-
-/// What gc did.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct GcSummary {
-    /// Entries looked at.
-    pub scanned: usize,
-    /// Entries reclaimed (or that would be, with `--dry-run`).
-    pub removed: Vec<PathBuf>,
-    /// Entries left alone, with why.
-    pub skipped: Vec<(PathBuf, String)>,
-    /// Reclaims that failed.
-    pub errors: Vec<String>,
-    /// Whether the budget ran out before every entry was judged.
-    pub truncated: bool,
-}
-
-/// The state of one namespace entry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "state", content = "reason")]
-pub enum State {
-    /// Its owner holds the lock or may still be running.
-    Live,
-    /// Its owner is provably dead: gc reclaims it.
-    Stale(String),
-    /// Kept with `--keep-root`, owner gone.
-    Kept,
-    /// No proof of ownership: left alone.
-    Unproven(String),
-    /// Not ours.
-    Foreign,
-}
-
-/// One entry of the namespace.
+/// The exclusive locks `list` shows: Windows has none yet, so there is never one.
 #[derive(Clone, Debug, Serialize)]
-pub struct Entry {
-    /// Its path.
-    pub path: PathBuf,
-    /// What it is.
-    pub state: State,
-    /// The command it ran, when the marker says.
-    pub command: Vec<String>,
+pub enum LockInfo {}
+
+/// The bytes a file takes (its length: the allocation is not in `std`'s metadata).
+pub(super) fn allocated(m: &Metadata) -> u64 {
+    m.len()
 }
 
-/// Every entry of the namespace with its state.
-pub fn list(ns: &Namespace) -> std::io::Result<Vec<Entry>> {
-    let here = Host::current()?;
-    let mut entries = Vec::new();
-    for path in names(ns)? {
-        let (state, marker) = judge(ns, &path, &here);
-        entries.push(Entry {
-            path,
-            state,
-            command: marker.map(|m| m.marker.command).unwrap_or_default(),
-        });
-    }
-    Ok(entries)
+/// Always: a tree walk never enters a reparse point (mount points and junctions included),
+/// which `std` reports as a link, not a directory.
+pub(super) fn same_device(_: &Metadata, _: &Metadata) -> bool {
+    true
 }
 
-/// Reclaims the stale entries of the namespace.
-pub fn gc(ns: &Namespace, options: &GcOptions) -> GcSummary {
-    let mut summary = GcSummary::default();
-    let (here, paths) = match (Host::current(), names(ns)) {
-        (Ok(here), Ok(paths)) => (here, paths),
-        (Err(e), _) | (_, Err(e)) => {
-            summary
-                .errors
-                .push(format!("cannot scan {}: {e}", ns.path().display()));
-            return summary;
-        }
+/// The names in the namespace, sorted.
+pub(super) fn entry_names(ns: &Namespace) -> Vec<OsString> {
+    let Ok(dir) = std::fs::read_dir(ns.path()) else {
+        return Vec::new();
     };
-    let deadline = options.budget.map(|b| Instant::now() + b);
-    for path in paths {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            summary.truncated = true;
-            break;
+    let mut names: Vec<OsString> = dir.filter_map(|e| Some(e.ok()?.file_name())).collect();
+    names.sort();
+    names
+}
+
+/// One pass: gc, or `list` (which only looks).
+struct Pass<'a> {
+    ns: &'a Namespace,
+    here: Host,
+    dry_run: bool,
+    include_kept: bool,
+    clock: Clock,
+    summary: GcSummary,
+}
+
+impl<'a> Pass<'a> {
+    fn new(ns: &'a Namespace, options: &GcOptions) -> Result<Pass<'a>, String> {
+        let here = Host::current().map_err(|e| {
+            format!("cannot read this boot's identity ({e}); nothing can be proven stale")
+        })?;
+        Ok(Pass {
+            ns,
+            here,
+            dry_run: options.dry_run,
+            include_kept: options.include_kept,
+            clock: Clock::start(options.budget),
+            summary: GcSummary {
+                dry_run: options.dry_run,
+                ..GcSummary::default()
+            },
+        })
+    }
+
+    /// Removes a judged candidate (with `marker`, our lock on it, when it has one).
+    fn reclaim(&mut self, entry: Entry, marker: Option<MarkerFile>) {
+        let path = self.ns.path().join(&entry.raw_name);
+        if self.dry_run {
+            self.summary.bytes_freed += disk_usage(path);
+            return self.summary.removed(entry.name);
         }
-        summary.scanned += 1;
-        let (state, marker) = judge(ns, &path, &here);
-        let reclaim = match &state {
-            State::Stale(_) => true,
-            State::Kept => options.kept,
-            _ => false,
+        match reclaim_entry(self.ns, &path, marker, self.clock.persistence()) {
+            Ok(()) => self.summary.removed(entry.name),
+            Err(e) => self.summary.errors.push(e),
+        }
+    }
+}
+
+impl super::Pass for Pass<'_> {
+    fn books(&mut self) -> (&Clock, &mut GcSummary) {
+        (&self.clock, &mut self.summary)
+    }
+
+    fn handle(&mut self, name: &OsStr) {
+        let (entry, marker) = judge(self.ns, name, &self.here, self.include_kept);
+        if entry.state.is_candidate() {
+            self.reclaim(entry, marker);
+        } else {
+            self.summary.tally(&entry);
+        }
+    }
+}
+
+/// What `list` judges with: a pass that only looks.
+pub(super) struct Lister<'a>(Pass<'a>);
+
+impl<'a> Lister<'a> {
+    pub fn new(ns: &'a Namespace) -> Result<Lister<'a>, String> {
+        let options = GcOptions {
+            dry_run: true,
+            include_kept: false,
+            budget: Budget::UNLIMITED,
         };
-        if !reclaim {
-            if !matches!(state, State::Foreign) {
-                summary.skipped.push((path, format!("{state:?}")));
-            }
-            continue;
-        }
-        if options.dry_run {
-            summary.removed.push(path);
-            continue;
-        }
-        match reclaim_entry(ns, &path, marker) {
-            Ok(()) => summary.removed.push(path),
-            Err(e) => summary.errors.push(e),
-        }
+        Pass::new(ns, &options).map(Lister)
     }
-    summary
+
+    /// The entry `name` as `list` shows it (its marker's lock, if taken, released at once).
+    pub fn entry(&mut self, name: &OsStr, sizes: bool) -> Entry {
+        let (mut entry, _) = judge(self.0.ns, name, &self.0.here, false);
+        super::measure(self.0.ns, &mut entry, sizes);
+        entry
+    }
 }
 
-/// The namespace's entries, sorted.
-fn names(ns: &Namespace) -> std::io::Result<Vec<PathBuf>> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(ns.path())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    paths.sort();
-    Ok(paths)
-}
-
-/// Judges one entry; when it is stale the marker is returned with our exclusive lock on it.
-fn judge(ns: &Namespace, path: &Path, here: &Host) -> (State, Option<MarkerFile>) {
-    let name = path.file_name().unwrap_or_default();
-    let (kind, id) = classify(name);
-    let id = match (kind, id) {
-        (EntryKind::Root | EntryKind::Pending, Some(id)) => id,
-        _ => return (State::Foreign, None),
+/// `cleanroom gc` ([`super::gc`]).
+pub(super) fn gc(
+    ns: &Namespace,
+    options: &GcOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> GcSummary {
+    let mut pass = match Pass::new(ns, options) {
+        Ok(pass) => pass,
+        Err(why) => {
+            return GcSummary {
+                dry_run: options.dry_run,
+                errors: vec![why],
+                ..GcSummary::default()
+            }
+        }
     };
-    let file = match Marker::read(path, ns.user()) {
+    super::run(&mut pass, &entry_names(ns), progress);
+    pass.summary
+}
+
+/// The start of a run ([`super::at_run_start`]): a bounded pass, every time.
+pub(super) fn at_run_start(ns: &Namespace, budget: Budget) -> GcSummary {
+    let options = GcOptions {
+        dry_run: false,
+        include_kept: false,
+        budget,
+    };
+    gc(ns, &options, &mut |_, _| {})
+}
+
+/// Judges one entry; a candidate comes back with its marker (when it has one) and our exclusive
+/// lock on it.
+fn judge(
+    ns: &Namespace,
+    name: &OsStr,
+    here: &Host,
+    include_kept: bool,
+) -> (Entry, Option<MarkerFile>) {
+    let mut entry = Entry::named(name);
+    let verdict = |mut entry: Entry, state, reason: String| {
+        entry.state = state;
+        entry.reason = reason;
+        (entry, None)
+    };
+    let (kind, id) = match classify(name) {
+        (kind @ (EntryKind::Root | EntryKind::Pending), Some(id)) => (kind, id.to_string()),
+        _ => return verdict(entry, EntryState::Foreign, "name is not cleanroom's".into()),
+    };
+    let path = ns.path().join(name);
+    let file = match Marker::read(&path, ns.user()) {
         Ok(file) => file,
-        Err(problem) if problem.damaged && kind == EntryKind::Pending && old(id) => {
-            return (
-                State::Stale(format!("an abandoned creation ({problem})")),
-                None,
+        Err(problem) if problem.damaged && kind == EntryKind::Pending => {
+            return if pending_is_young(&id) {
+                verdict(
+                    entry,
+                    EntryState::Live,
+                    "being created (younger than a minute)".into(),
+                )
+            } else {
+                verdict(
+                    entry,
+                    EntryState::Leftover,
+                    format!("a root whose creation failed, {problem}"),
+                )
+            };
+        }
+        Err(problem) if problem.damaged => {
+            return verdict(
+                entry,
+                EntryState::Unproven,
+                format!(
+                    "{problem}: named like a root of ours, but nothing proves it is; after \
+                     checking it, remove it by hand: {}",
+                    path.display()
+                ),
             )
         }
-        Err(problem) => return (State::Unproven(problem.reason), None),
+        Err(problem) => return verdict(entry, EntryState::Foreign, problem.to_string()),
     };
-    if file.marker.run_id != id {
-        return (
-            State::Unproven(format!("its marker names run {}", file.marker.run_id)),
-            None,
-        );
+    let marker = &file.marker;
+    if marker.run_id != id {
+        let reason = format!("marker names another run ({})", marker.run_id);
+        return verdict(entry, EntryState::Foreign, reason);
     }
+    let owner_pid = marker.owner.pid;
+    entry.run_id = Some(id);
+    entry.kept = marker.kept_because();
+    entry.owner_pid = Some(owner_pid);
+    entry.command = marker.command.clone();
+    entry.age_secs = Some(super::now_secs().saturating_sub(marker.created_unix_ms / 1000));
     if file.owner_holds_lock() {
-        return (State::Live, Some(file));
+        let reason = format!("owner pid {owner_pid} holds the root's lock");
+        return verdict(entry, EntryState::Live, reason);
     }
-    let state = match file.marker.owner.liveness(&file.marker.host, here) {
-        // Unknown (a process we may not open, another host) counts as alive.
-        Liveness::Alive | Liveness::Unknown => State::Live,
-        Liveness::Dead(_) if file.marker.keep => State::Kept,
-        Liveness::Dead(why) => State::Stale(format!("owner pid {}: {why}", file.marker.owner.pid)),
+    let owner_gone = match marker.owner.liveness(&marker.host, here) {
+        Liveness::Dead(death) => format!("owner pid {owner_pid} is gone: {death}"),
+        // A process we may not open, another host: counted as alive.
+        Liveness::Alive | Liveness::Unknown => {
+            let reason = format!("owner pid {owner_pid} may be alive");
+            return verdict(entry, EntryState::Live, reason);
+        }
     };
-    (state, Some(file))
+    let (state, reason) = dead_owner_verdict(entry.kept, include_kept, owner_gone);
+    let (entry, _) = verdict(entry, state, reason);
+    (entry, Some(file))
 }
 
-/// Whether a run id was made longer than [`PENDING_AGE`] ago.
-fn old(id: &str) -> bool {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    run_id_unix_secs(id).is_some_and(|t| now.saturating_sub(t) > PENDING_AGE.as_secs())
-}
-
-/// Removes a judged-stale entry, holding the directory and (when there is one) the marker with
+/// Removes a judged candidate, holding the directory and (when there is one) the marker with
 /// our lock on it; an abandoned creation has no marker to keep.
-fn reclaim_entry(ns: &Namespace, path: &Path, marker: Option<MarkerFile>) -> Result<(), String> {
+fn reclaim_entry(
+    ns: &Namespace,
+    path: &Path,
+    marker: Option<MarkerFile>,
+    how: Persistence,
+) -> Result<(), String> {
     let proof = marker.as_ref().map(|file| file.marker.clone());
     let held = open_dir(path)
         .and_then(|dir| Held::new(path.to_path_buf(), dir, marker.map(MarkerFile::into_file)))
@@ -205,7 +259,7 @@ fn reclaim_entry(ns: &Namespace, path: &Path, marker: Option<MarkerFile>) -> Res
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default();
-    let removal = remove::remove_entry(ns, name, &held, &marker, Persistence::FULL);
+    let removal = remove::remove_entry(ns, name, &held, &marker, how);
     match removal.status {
         RemovalStatus::Removed => Ok(()),
         RemovalStatus::Leftover(reason) | RemovalStatus::Refused(reason) => {

@@ -47,18 +47,11 @@ use crate::root::{self, Root, RootOptions};
 
 use signals::{Received, RunnerSignals};
 
-/// Exit status when leaks were found and `--on-leak fail` was given (and the command succeeded).
-pub const EXIT_LEAKED: u8 = 123;
-/// Exit status when `--timeout` fired and the command went on `--signal` (or by itself).
-pub const EXIT_TIMEOUT: u8 = 124;
-/// Exit status when `--timeout` fired and the command had to be SIGKILLed (as `timeout -k`).
-pub const EXIT_TIMEOUT_KILLED: u8 = 128 + 9;
-/// Exit status for cleanroom's own failures.
-pub const EXIT_OWN_FAILURE: u8 = 125;
-/// Exit status when the command exists but cannot be executed.
-pub const EXIT_NOT_EXECUTABLE: u8 = 126;
-/// Exit status when the command is not found.
-pub const EXIT_NOT_FOUND: u8 = 127;
+// The exit statuses are defined once, in `crate::exit`.
+pub use crate::exit::{
+    EXIT_LEAKED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_OWN_FAILURE, EXIT_TIMEOUT,
+    EXIT_TIMEOUT_KILLED,
+};
 
 /// Reads a signal as kill(1) and timeout(1) take it: `TERM`, `SIGTERM`, `term` or `15`.
 pub fn parse_signal(text: &str) -> std::result::Result<Signal, String> {

@@ -27,16 +27,12 @@ use crate::env::{self, EnvOptions};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::process::ProcessInfo;
-use crate::reclaim::{self, GcOptions, GcSummary};
+use crate::reclaim::{self, Budget, GcSummary};
 use crate::remove::Removal;
 use crate::root::{Root, RootOptions};
 
-/// Exit status on timeout (as timeout(1)).
-pub const EXIT_TIMEOUT: i32 = 124;
-/// Exit status when the command cannot be executed.
-pub const EXIT_NOT_EXECUTABLE: i32 = 126;
-/// Exit status when the command is not found.
-pub const EXIT_NOT_FOUND: i32 = 127;
+// The exit statuses are defined once, in `crate::exit`.
+pub use crate::exit::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
 
 /// How long the start of a run may spend reclaiming what other runs left.
 const START_GC_BUDGET: Duration = Duration::from_millis(500);
@@ -143,11 +139,11 @@ pub fn execute(config: &RunConfig) -> Result<RunOutcome> {
         .first()
         .ok_or_else(|| Error::Invalid("no command given".into()))?;
     let ns = Namespace::open_or_create(&config.namespace)?;
-    let gc = reclaim::gc(
+    let gc = reclaim::at_run_start(
         &ns,
-        &GcOptions {
-            budget: Some(START_GC_BUDGET),
-            ..GcOptions::default()
+        Budget {
+            max_time: Some(START_GC_BUDGET),
+            max_count: None,
         },
     );
     let host = env::host_env();
@@ -183,16 +179,16 @@ pub fn execute(config: &RunConfig) -> Result<RunOutcome> {
                 warnings.push(format!("the run's job did not empty: {e}"));
             }
             let status = match ending {
-                Ending::TimedOut => EXIT_TIMEOUT,
+                Ending::TimedOut => i32::from(EXIT_TIMEOUT),
                 _ => code,
             };
             (ending, status, leaks)
         }
         Err(e) => {
             let status = if e.kind() == std::io::ErrorKind::NotFound {
-                EXIT_NOT_FOUND
+                i32::from(EXIT_NOT_FOUND)
             } else {
-                EXIT_NOT_EXECUTABLE
+                i32::from(EXIT_NOT_EXECUTABLE)
             };
             warnings.push(format!("cannot run {}: {e}", program.to_string_lossy()));
             (Ending::Exited, status, Vec::new())
@@ -240,7 +236,7 @@ fn wait(child: &mut std::process::Child, job: &Job, timeout: Option<Duration>) -
         if deadline.is_some_and(|d| now >= d) {
             let _ = job.terminate();
             let _ = child.wait();
-            return (Ending::TimedOut, EXIT_TIMEOUT);
+            return (Ending::TimedOut, i32::from(EXIT_TIMEOUT));
         }
         let interrupts = INTERRUPTS.load(Ordering::SeqCst) - seen;
         if interrupts > 0 && interrupted_at.is_none() {
