@@ -19,6 +19,7 @@
 #![cfg(any(target_os = "linux", target_os = "macos", windows))]
 
 // Platform-neutral parts, and `sys`: the FFI helpers shared by one platform's files.
+pub mod contain;
 pub mod duration;
 pub mod env;
 mod error;
@@ -36,14 +37,6 @@ pub mod text;
 // Each platform-bound part is one module with the same public path on every platform; the
 // file behind it is picked here, once (Windows: docs/windows.md; macOS, type-checked only:
 // docs/macos.md).
-#[cfg(target_os = "linux")]
-pub mod contain;
-#[cfg(target_os = "macos")]
-#[path = "contain/macos.rs"]
-pub mod contain;
-#[cfg(windows)]
-#[path = "contain/windows.rs"]
-pub mod contain;
 #[cfg(any(target_os = "linux", windows))]
 pub mod reclaim;
 #[cfg(target_os = "linux")]

@@ -1,4 +1,7 @@
-//! Linux containment primitives: the child-subreaper flag, cgroup v2 leaves, and reaping.
+//! Containment on Linux (the `os` module of `contain`): the child-subreaper flag, cgroup v2
+//! leaves, reaping, and gc's kill of what a dead runner left. Its children: `container.rs` (one
+//! run's [`Container`], which ends the run) and `watchdog.rs` (the process that kills the run if
+//! the runner dies).
 //!
 //! The cgroup2 mount is found in `/proc/self/mountinfo` and our own cgroup in `/proc/self/cgroup`
 //! (never hard-coded: it is `/sys/fs/cgroup` on systemd hosts, `/sys/fs/cgroup/unified` here).
@@ -9,6 +12,13 @@
 //! writing "0" to an already-open `cgroup.procs`, a single async-signal-safe write. Either way
 //! the child is a member before it executes anything of the command.
 
+mod container;
+mod watchdog;
+
+pub use container::{Contained, Container, Leftovers, SubCgroup};
+pub use watchdog::Watchdog;
+pub(crate) use watchdog::{COMM as WATCHDOG_COMM, TITLE_PREFIX as WATCHDOG_TITLE_PREFIX};
+
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -18,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
+use super::{kill_until_empty, Listed};
 use crate::error::IoContext;
 use crate::error::{Error, Result};
 use crate::process::{self, ProcessInfo};
@@ -178,6 +189,29 @@ pub fn reap_exited(exited: &[i32], keep: &dyn Fn(i32) -> bool) -> usize {
         }
     }
     reaped
+}
+
+/// Kills what a dead runner left behind: processes of `uid` carrying `CLEANROOM_RUN_ID=run_id`,
+/// and the run's cgroup if one was recorded. Returns the processes found.
+pub fn kill_orphans(run_id: &str, uid: u32, cgroup: Option<&str>) -> Vec<ProcessInfo> {
+    let mut found = Vec::new();
+    if let Some(path) = cgroup {
+        found.extend(kill_cgroup_path(Path::new(path), run_id));
+    }
+    let mut members = || process::with_env_entry(crate::env::RUN_ID_VAR, run_id, uid);
+    let mut reap = || {
+        reap_orphans(&|_| false);
+    };
+    let ended = kill_until_empty(
+        &mut Listed {
+            members: &mut members,
+            reap: &mut reap,
+        },
+        &[],
+    );
+    found.extend(ended.killed);
+    found.extend(ended.survivors);
+    found
 }
 
 /// The usual cgroup2 mount points (the unified layout's, then the hybrid one's), tried before

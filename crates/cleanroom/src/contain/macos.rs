@@ -1,4 +1,5 @@
-//! Containment on macOS: a process group per run. Type-checked only (docs/macos.md).
+//! Containment on macOS (the `os` module of `contain`): a process group per run. Type-checked
+//! only (docs/macos.md).
 //!
 //! The command is spawned as the leader of a new process group (`setpgid(0, 0)` before exec);
 //! members are listed with `proc_listpgrppids` and killed with `killpg(SIGKILL)`. Invariant
@@ -9,12 +10,9 @@
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
 
+use super::{wait_until_empty, EMPTY_WAIT};
 use crate::process::{self, ProcessInfo};
-
-/// How long termination waits for a killed group to empty before it reports what is left.
-const EMPTY_WAIT: Duration = Duration::from_secs(10);
 
 /// One run's process group.
 #[derive(Debug)]
@@ -66,19 +64,16 @@ impl Group {
                 e => Err(e),
             },
         };
-        let deadline = Instant::now() + EMPTY_WAIT;
-        let emptied = killed.and_then(|()| loop {
-            let left = self.pids()?.into_iter().filter(|&p| p != self.pgid).count();
-            match left {
-                0 => return Ok(()),
-                n if Instant::now() >= deadline => {
-                    return Err(io::Error::other(format!(
+        let emptied = killed.and_then(|()| {
+            wait_until_empty(
+                || Ok(self.pids()?.into_iter().filter(|&p| p != self.pgid).count()),
+                |n| {
+                    format!(
                         "{n} process(es) still in group {} {EMPTY_WAIT:?} after SIGKILL",
                         self.pgid
-                    )))
-                }
-                _ => std::thread::sleep(Duration::from_millis(5)),
-            }
+                    )
+                },
+            )
         });
         (members, emptied)
     }

@@ -21,7 +21,7 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use super::os::errno;
+use super::errno;
 use crate::error::{Error, Result};
 
 /// How long a watchdog keeps killing after the runner died.
@@ -445,7 +445,7 @@ unsafe fn kill_run(plan: &Plan, group: i32, leader: RawFd) {
         // Not counted as finding anything: zombies keep a group alive for kill(2).
         if leader >= 0 {
             // SAFETY: the caller's contract: `leader` is the group leader's pidfd.
-            unsafe { super::os::signal_group_raw(leader, group, libc::SIGKILL) };
+            unsafe { super::signal_group_raw(leader, group, libc::SIGKILL) };
         }
         found |= kill_tagged(plan);
         quiet = if found { 0 } else { quiet + 1 };

@@ -1,4 +1,4 @@
-//! Containment on Windows: a Job Object per run.
+//! Containment on Windows (the `os` module of `contain`): a Job Object per run.
 //!
 //! The command is created suspended, assigned to a job with `KILL_ON_JOB_CLOSE` (and no
 //! breakaway allowed), then resumed, so not one instruction of it runs outside the job; every
@@ -13,7 +13,6 @@ use std::io;
 use std::os::windows::io::{AsRawHandle, OwnedHandle};
 use std::os::windows::process::CommandExt;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
 
 use windows_sys::Win32::System::Diagnostics::ToolHelp::{
     CreateToolhelp32Snapshot, Thread32First, Thread32Next, TH32CS_SNAPTHREAD, THREADENTRY32,
@@ -28,14 +27,12 @@ use windows_sys::Win32::System::Threading::{
     OpenThread, ResumeThread, CREATE_SUSPENDED, THREAD_SUSPEND_RESUME,
 };
 
+use super::{wait_until_empty, EMPTY_WAIT};
 use crate::process::{self, ProcessInfo};
 use crate::sys::windows as win;
 
 /// Exit code the processes of a terminated job get.
 pub const KILLED_EXIT_CODE: u32 = 1;
-
-/// How long termination waits for a terminated job to empty before it reports what is left.
-const EMPTY_WAIT: Duration = Duration::from_secs(10);
 
 /// One run's job.
 #[derive(Debug)]
@@ -145,17 +142,11 @@ impl Job {
         let killed = win::check(unsafe {
             TerminateJobObject(self.handle.as_raw_handle(), KILLED_EXIT_CODE)
         });
-        let deadline = Instant::now() + EMPTY_WAIT;
-        let emptied = killed.and_then(|()| loop {
-            match self.active() {
-                0 => return Ok(()),
-                n if Instant::now() >= deadline => {
-                    return Err(io::Error::other(format!(
-                        "{n} process(es) still active in the job {EMPTY_WAIT:?} after it was terminated"
-                    )))
-                }
-                _ => std::thread::sleep(Duration::from_millis(5)),
-            }
+        let emptied = killed.and_then(|()| {
+            wait_until_empty(
+                || Ok(self.active() as usize),
+                |n| format!("{n} process(es) still active in the job {EMPTY_WAIT:?} after it was terminated"),
+            )
         });
         (members, emptied)
     }

@@ -28,9 +28,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rustix::process::{Signal, WaitOptions};
+use rustix::process::Signal;
 
-use crate::contain::{Children, ContainMode, Contained, Container, Scope};
+use crate::contain::{ContainMode, Container};
 use crate::env::{self, EnvOptions};
 use crate::error::{Error, Result};
 use crate::lock::{self, LockOwner, LockRequest};
@@ -310,7 +310,7 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
                 container.keep(relay.pid());
                 signals.watch_keys(relay, socket);
             }
-            supervise(config, &container, &signals, main, &mut outcome);
+            supervise(config, &mut container, &signals, &mut outcome);
         }
         Err(e) => {
             let (status, message) = spawn_failure(&e, &protection, &command_text[0]);
@@ -539,56 +539,20 @@ impl Outcome {
     }
 }
 
-/// Reaps every exited child but the ones `container` keeps (its watchdog, which must stay
-/// unreaped so that its pid is not reused, see [`crate::contain::Watchdog`]); records the main
-/// process's raw wait status; says whether a child other than the kept ones is left.
-///
-/// Children are reaped by pid from the kernel's list, never by `wait(-1)`, which would reap the
-/// watchdog too. The second listing is the proof: a child not in it is not ours, and every
-/// orphan re-parents to the runner (a subreaper) before its parent becomes a zombie, so when it
-/// holds only kept children, no descendant is left either.
-fn reap_children(container: &Container, main: i32, main_status: &mut Option<i32>) -> Children {
-    container.check_watchdog();
-    let me = std::process::id();
-    for child in crate::process::children(me) {
-        let Ok(child) = libc::pid_t::try_from(child) else {
-            continue;
-        };
-        let Some(pid) = rustix::process::Pid::from_raw(child) else {
-            continue;
-        };
-        if container.keeps(child) {
-            continue;
-        }
-        if let Ok(Some((_, status))) = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
-            if child == main {
-                *main_status = Some(status.as_raw());
-            }
-        }
-    }
-    if container.only_kept(&crate::process::children(me)) {
-        Children::None
-    } else {
-        Children::Some
-    }
-}
-
 /// Waits for the main process while honouring the deadline and signals; then handles leaks.
 fn supervise(
     config: &RunConfig,
-    container: &Container,
+    container: &mut Container,
     signals: &RunnerSignals,
-    main: i32,
     outcome: &mut Outcome,
 ) {
     let deadline = config.timeout.map(|t| Instant::now() + t);
     let mut stage = Stage::Running;
-    let mut main_status = None;
     // The members signalled when the run was asked to stop: the first to be KILLed.
     let mut known: Vec<ProcessInfo> = Vec::new();
     loop {
-        reap_children(container, main, &mut main_status);
-        if main_status.is_some() {
+        container.reap();
+        if container.main_status().is_some() {
             break;
         }
         let now = Instant::now();
@@ -606,7 +570,7 @@ fn supervise(
         if let Stage::Signalled(kill_at) = stage {
             if now >= kill_at {
                 tracing::info!("grace period over: killing every process of the run");
-                kill_all(container, &known, main, &mut main_status, outcome);
+                kill_all(container, &known, outcome);
                 stage = Stage::Killed;
                 continue;
             }
@@ -632,46 +596,30 @@ fn supervise(
                 }
                 Stage::Signalled(_) => {
                     tracing::info!("second signal: killing every process of the run");
-                    kill_all(container, &known, main, &mut main_status, outcome);
+                    kill_all(container, &known, outcome);
                     stage = Stage::Killed;
                 }
                 Stage::Killed => {}
             }
         }
     }
-    outcome.main_status = main_status;
-    terminate_leaks(config, container, main, outcome);
+    outcome.main_status = container.main_status();
+    terminate_leaks(config, container, outcome);
 }
 
 /// Whatever of the run is alive once the main process is reaped is a leak: named, TERMed, given
-/// `--leak-grace`, KILLed. An empty listing is not enough to skip this: the runner may still
-/// have children in flight (a fork-and-exit chain) or the cgroup may still be populated.
-fn terminate_leaks(config: &RunConfig, container: &Container, main: i32, outcome: &mut Outcome) {
+/// `--leak-grace`, KILLed (see [`Container::finish`]).
+fn terminate_leaks(config: &RunConfig, container: &mut Container, outcome: &mut Outcome) {
     let exited_at = Instant::now();
-    let mut ignore = None;
-    let leaked = container.members();
-    let mut reap = || reap_children(container, main, &mut ignore);
-    let mut scope = Contained {
-        container,
-        reap: &mut reap,
-    };
-    let in_flight = scope.reap() == Children::Some || scope.kernel_says_empty() == Some(false);
-    if leaked.is_empty() && !in_flight {
-        return;
-    }
-    let ended = crate::contain::terminate_set(&mut scope, config.leak_grace);
+    let left = container.finish(config.leak_grace);
     let found_after_ms = exited_at.elapsed().as_millis() as u64;
-    let mut leaks: Vec<ProcessInfo> = leaked;
-    for process in ended.killed.iter().chain(&ended.survivors) {
-        if !leaks.iter().any(|l| l.id == process.id) {
-            leaks.push(process.clone());
-        }
-    }
-    outcome.leaks.extend(leaks.into_iter().map(|process| Leak {
-        process,
-        found_after_ms,
-    }));
-    outcome.merge(ended);
+    outcome
+        .leaks
+        .extend(left.leaked.into_iter().map(|process| Leak {
+            process,
+            found_after_ms,
+        }));
+    outcome.merge(left.ended);
 }
 
 impl Outcome {
@@ -692,21 +640,7 @@ impl Outcome {
 
 /// The KILL phase of a timeout or interrupt: `known` first, then everything until the run is
 /// provably empty; what needed SIGKILL goes to the report.
-fn kill_all(
-    container: &Container,
-    known: &[ProcessInfo],
-    main: i32,
-    main_status: &mut Option<i32>,
-    outcome: &mut Outcome,
-) {
+fn kill_all(container: &mut Container, known: &[ProcessInfo], outcome: &mut Outcome) {
     outcome.escalated = true;
-    let mut reap = || reap_children(container, main, main_status);
-    let ended = crate::contain::kill_until_empty(
-        &mut Contained {
-            container,
-            reap: &mut reap,
-        },
-        known,
-    );
-    outcome.merge(ended);
+    outcome.merge(container.kill_until_empty(known));
 }
