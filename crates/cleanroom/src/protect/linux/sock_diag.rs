@@ -57,10 +57,20 @@ pub(crate) fn accepting() -> io::Result<Vec<Bound>> {
     let socket = unsafe { OwnedFd::from_raw_fd(fd) };
     send_request(&socket)?;
     let mut found = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
+    // Room for the largest datagram a dump sends, never zeroed: the kernel writes what it sends
+    // (a few hundred bytes on most machines), and zeroing 64 KiB first touched 16 pages of
+    // every run.
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     loop {
-        // SAFETY: `buf` is writable for its length.
-        let got = unsafe { libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        // SAFETY: `buf` has room for its capacity, which is what recv may write.
+        let got = unsafe {
+            libc::recv(
+                socket.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.capacity(),
+                0,
+            )
+        };
         if got < 0 {
             let err = io::Error::last_os_error();
             if err.kind() == io::ErrorKind::Interrupted {
@@ -68,7 +78,9 @@ pub(crate) fn accepting() -> io::Result<Vec<Bound>> {
             }
             return Err(err);
         }
-        if parse(&buf[..got as usize], &mut found)? {
+        // SAFETY: recv wrote the first `got` bytes (at most the capacity passed to it).
+        unsafe { buf.set_len(got as usize) };
+        if parse(&buf, &mut found)? {
             return Ok(found);
         }
     }
