@@ -36,9 +36,14 @@
 //! - `http`: `http/request` and its streamed `bodyDelta`s;
 //! - `envpolicy`, `protocol`, `uri`: the child environment, JSON-RPC shapes and error codes,
 //!   file URIs.
+//! - `sys`: every raw system call, FFI call and fork/clone trampoline (the vfork-style spawn, the
+//!   `fs/*` children, `pre_exec` hooks, reactor registration) behind safe functions; the rest of
+//!   the crate denies `unsafe`.
 //!
 //! `DESIGN.md` beside this crate's manifest draws the tasks and states the invariants.
 #![deny(missing_docs)]
+// Raw system calls, FFI and the fork/clone trampolines live in `sys`, behind safe functions.
+#![deny(unsafe_code)]
 #![cfg(target_os = "linux")]
 
 mod environment;
@@ -52,6 +57,8 @@ mod process;
 mod protocol;
 mod rpc;
 mod server;
+#[allow(unsafe_code)]
+mod sys;
 mod transport;
 mod uri;
 

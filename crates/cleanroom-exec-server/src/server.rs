@@ -109,23 +109,13 @@ pub struct Config {
 /// is kept (twice a connection's queue budget); beyond that, memory freed after a burst goes
 /// back to the system.
 fn tune_allocator() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets two parameters of glibc's allocator (it takes the allocator's
-    // own lock).
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
-    }
+    crate::sys::tune_allocator(4 << 20, 8 << 20);
 }
 
 /// Gives the memory freed after a burst back to the system (glibc keeps free pages in every
 /// arena, and up to the trim threshold at the top of the main heap).
 fn trim_allocator() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim takes each arena's lock and only releases free pages.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::sys::trim_allocator();
 }
 
 /// Makes the server not dumpable: its `/proc/<pid>` entries (environment, memory, descriptors)
@@ -375,20 +365,7 @@ const ORPHAN_SCAN_DELAY: Duration = Duration::from_millis(10);
 /// Empties the signal mask inherited from whoever started the server, before any thread exists,
 /// so SIGTERM/SIGINT/SIGHUP and SIGCHLD reach the runtime's handlers.
 fn unblock_signals() -> Result<(), Error> {
-    // SAFETY: sigemptyset initialises the set; pthread_sigmask only reads it.
-    let rc = unsafe {
-        let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(empty.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut())
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Error::Io(
-            "unblock signals",
-            std::io::Error::from_raw_os_error(rc),
-        ))
-    }
+    crate::sys::unblock_all_signals().map_err(|e| Error::Io("unblock signals", e))
 }
 
 /// `/cleanroom-<128 random bits, hex>`.

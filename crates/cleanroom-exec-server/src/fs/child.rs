@@ -19,12 +19,13 @@
 //! that its exit waits for; the child is registered with the reaper before it can exit and
 //! reaped by this module, so the orphan reaper never takes its status, and with its session,
 //! which kills it when it ends; the fork is made from an unconfined thread (a child of a confined
-//! one would keep the cover on top of the mounts).
+//! one would keep the cover on top of the mounts). The fork and everything the child does are
+//! [`crate::sys::fork`]'s.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
-use cleanroom::protect::view::{send_failure, send_own, View};
+use cleanroom::protect::view::View;
 use cleanroom::protect::Sandbox;
 use rustix::pipe::PipeFlags;
 
@@ -32,13 +33,7 @@ use super::handles::Handles;
 use super::mutate::{Failure, Plan};
 use crate::process::Reaper;
 use crate::protocol::RpcError;
-
-/// The step a child reports when it carried out the whole plan.
-const DONE: u64 = u64::MAX - 1;
-/// The step a child reports when applying the sandbox itself failed.
-const CONFINING: u64 = u64::MAX;
-/// A report: the step (u64) and the errno (i32).
-const REPORT: usize = 12;
+use crate::sys::fork::{wait, Errand, CONFINING, DONE, REPORT};
 
 /// Forks a child that applies `sandbox` and executes `plan`; answers when the child has
 /// reported, and reaps it afterwards on the same blocking thread (never a confined one). The
@@ -85,19 +80,12 @@ fn fork(sandbox: &Sandbox, plan: &Plan, reaper: &Reaper) -> Result<(i32, OwnedFd
     let mut slots = plan.slots();
     let (report, report_in_child) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
         .map_err(|e| RpcError::internal(format!("cannot make a pipe for the child: {e}")))?;
-    let pid = fork_confined(sandbox, reaper, |confined| {
-        let report = match confined {
-            Ok(()) => {
-                close_all_but(report_in_child.as_raw_fd());
-                match plan.execute_in(&mut slots, &View::own()) {
-                    Ok(()) => (DONE, 0),
-                    Err(f) => (f.step as u64, f.errno),
-                }
-            }
-            Err(e) => (CONFINING, e.raw_os_error().unwrap_or(libc::EPERM)),
-        };
-        exit_reporting(&report_in_child, report)
-    })?;
+    let errand = Errand::Execute {
+        plan,
+        slots: &mut slots,
+        report: report_in_child.as_fd(),
+    };
+    let pid = fork_confined(sandbox, reaper, errand)?;
     Ok((pid, report))
 }
 
@@ -116,14 +104,10 @@ pub async fn view(binder: Sandbox, reaper: Reaper, handles: &Handles) -> Result<
             None,
         )
         .map_err(|e| RpcError::internal(format!("cannot make a socket for the child: {e}")))?;
-        let pid = fork_confined(&binder, &reaper, |confined| {
-            let sent = match confined {
-                Ok(()) => send_own(theirs.as_fd()),
-                Err(e) => send_failure(theirs.as_fd(), &e).and(Err(e)),
-            };
-            // SAFETY: ends the child without running destructors or atexit handlers.
-            unsafe { libc::_exit(i32::from(sent.is_err())) }
-        })?;
+        let errand = Errand::SendView {
+            socket: theirs.as_fd(),
+        };
+        let pid = fork_confined(&binder, &reaper, errand)?;
         let registered = children.add(pid);
         drop(theirs);
         let view = View::receive(ours.as_fd());
@@ -141,62 +125,15 @@ pub async fn view(binder: Sandbox, reaper: Reaper, handles: &Handles) -> Result<
         .map_err(|e| RpcError::internal(format!("the filesystem task failed: {e}")))?
 }
 
-/// Forks a child that applies `sandbox` and passes the outcome to `body`, which ends it;
-/// the child's pid, owned by this module (the orphan reaper leaves it alone until released).
-/// The child works in `/`, not in the server's working directory: it names absolute paths
-/// only, and the hook re-enters its working directory after its mounts, where the call's
-/// policy may hide the server's (a project it gives no access: the directory is gone there).
-fn fork_confined(
-    sandbox: &Sandbox,
-    reaper: &Reaper,
-    body: impl FnOnce(io::Result<()>),
-) -> Result<i32, RpcError> {
+/// Forks a child that applies `sandbox` and does `errand` ([`crate::sys::fork`]); the child's
+/// pid, owned by this module (the orphan reaper leaves it alone until released).
+fn fork_confined(sandbox: &Sandbox, reaper: &Reaper, errand: Errand<'_>) -> Result<i32, RpcError> {
     let hook = sandbox.child_hook();
     let mut guard = reaper.spawning();
-    // SAFETY: the child only runs chdir, the sandbox hook (async-signal-safe by contract) and
-    // `body` (raw system calls on data prepared before the fork, then `_exit`).
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // SAFETY: chdir takes a NUL-terminated path.
-        let rooted = match unsafe { libc::chdir(c"/".as_ptr()) } {
-            0 => Ok(()),
-            _ => Err(io::Error::last_os_error()),
-        };
-        body(rooted.and_then(|()| hook.as_ref().map_or(Ok(()), |h| h())));
-        // SAFETY: `body` ends the child; should it return, the child ends here all the same.
-        unsafe { libc::_exit(127) }
-    }
-    if pid < 0 {
-        return Err(RpcError::internal(format!(
-            "cannot fork for the filesystem call: {}",
-            io::Error::last_os_error()
-        )));
-    }
+    let pid = crate::sys::fork::fork_confined(hook.as_ref(), errand)
+        .map_err(|e| RpcError::internal(format!("cannot fork for the filesystem call: {e}")))?;
     guard.own(pid);
     Ok(pid)
-}
-
-/// In the child: closes every descriptor but `keep` (`close_range`; raw system calls only).
-fn close_all_but(keep: i32) {
-    let keep = keep as libc::c_uint;
-    // SAFETY: close_range takes integers only; it closes descriptors this forked child inherited
-    // and no longer uses (the plan opens its own).
-    unsafe {
-        if keep > 0 {
-            libc::syscall(
-                libc::SYS_close_range,
-                0 as libc::c_uint,
-                keep - 1,
-                0 as libc::c_uint,
-            );
-        }
-        libc::syscall(
-            libc::SYS_close_range,
-            keep + 1,
-            libc::c_uint::MAX,
-            0 as libc::c_uint,
-        );
-    }
 }
 
 /// The child's report (`None`: it exited or died without one).
@@ -232,32 +169,6 @@ fn answer_of(sandbox: &Sandbox, plan: &Plan, (step, errno): (u64, i32)) -> Resul
             step: usize::try_from(step).unwrap_or(usize::MAX),
             errno,
         })),
-    }
-}
-
-/// In the child: writes `report` (step, errno) and exits.
-fn exit_reporting(report: &OwnedFd, (step, errno): (u64, i32)) -> ! {
-    let mut bytes = [0u8; REPORT];
-    bytes[..8].copy_from_slice(&step.to_ne_bytes());
-    bytes[8..].copy_from_slice(&errno.to_ne_bytes());
-    let written = rustix::io::write(report, &bytes);
-    let code = i32::from(step != DONE || written != Ok(REPORT));
-    // SAFETY: ends the child without running destructors or atexit handlers.
-    unsafe { libc::_exit(code) }
-}
-
-/// Waits for our child `pid`; its exit code, `None` if it did not exit normally.
-fn wait(pid: libc::pid_t) -> Option<i32> {
-    let mut status = 0;
-    loop {
-        // SAFETY: waits for our own child; `status` is a valid out-pointer.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc == pid {
-            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-        }
-        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return None;
-        }
     }
 }
 
@@ -308,33 +219,5 @@ mod tests {
             assert_eq!(result.is_ok(), allowed, "{name}: {result:?}");
             assert_eq!(path.exists(), allowed, "{name}");
         }
-    }
-
-    /// A forked child keeps only the descriptor it reports on: one the server holds without
-    /// `O_CLOEXEC` (which an exec would not close either) is closed, and so is every other.
-    #[test]
-    fn a_child_keeps_only_the_descriptor_it_reports_on() {
-        use std::os::unix::process::CommandExt;
-        let file = std::fs::File::open("/").unwrap();
-        let stray = rustix::io::dup(&file).unwrap();
-        let raw = stray.as_raw_fd();
-        let mut command = std::process::Command::new("true");
-        // SAFETY: the hook only makes system calls (close_range, fcntl) on integers and
-        // allocates nothing (the test harness has other threads).
-        unsafe {
-            command.pre_exec(move || {
-                close_all_but(1);
-                match libc::fcntl(raw, libc::F_GETFD) {
-                    -1 => Ok(()),
-                    // No allocation after the fork: an errno of our choosing (still open).
-                    _ => Err(io::Error::from_raw_os_error(libc::EEXIST)),
-                }
-            });
-        }
-        // The hook's error may not be reported (its pipe may be closed too): then the child
-        // exits 1.
-        let status = command.status().expect("no descriptor left open");
-        assert!(status.success(), "{status}");
-        drop(stray);
     }
 }

@@ -41,7 +41,7 @@ use crate::protocol::{Params, RpcError, INTERNAL_ERROR, INVALID_REQUEST};
 use crate::uri::parse_file_uri;
 
 pub use handles::Handles;
-use mutate::Plan;
+pub(crate) use mutate::Plan;
 use resolve::Reach;
 
 /// The code of a filesystem object that does not exist.

@@ -613,11 +613,8 @@ fn launch_on_terminal(
         .map_err(|e| RpcError::internal(format!("cannot open a terminal: {e}")))?;
     let master = Arc::new(master);
     if let Some(hook) = hook {
-        // SAFETY: the hook makes only raw, async-signal-safe system calls on data captured
-        // before the fork; it is registered last, so it is the last step before exec.
-        unsafe {
-            command.pre_exec(hook);
-        }
+        // Registered last, so it is the last step before exec.
+        crate::sys::exec::run_hook_on_exec(command.as_std_mut(), hook);
     }
     let (child, pid, start) = {
         let mut guard = reaper.spawning();

@@ -15,6 +15,7 @@ use rustix::fs::{Mode, OFlags};
 use rustix::pty::OpenptFlags;
 use rustix::termios::Winsize;
 use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 /// The master side of a terminal, registered with the reactor.
 #[derive(Debug)]
@@ -49,20 +50,10 @@ pub fn attach(command: &mut tokio::process::Command) -> io::Result<Master> {
         .stdin(Stdio::from(slave.try_clone()?))
         .stdout(Stdio::from(slave.try_clone()?))
         .stderr(Stdio::from(slave));
-    // SAFETY: runs between fork and exec and makes two raw system calls (setsid, ioctl) that do
-    // not allocate or take locks.
-    unsafe {
-        command.pre_exec(|| {
-            rustix::process::setsid()?;
-            rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())?;
-            Ok(())
-        });
-    }
+    crate::sys::exec::take_terminal_on_exec(command.as_std_mut());
     let flags = rustix::fs::fcntl_getfl(&master)?;
     rustix::fs::fcntl_setfl(&master, flags | OFlags::NONBLOCK)?;
-    // SAFETY: `master` is an open descriptor owned by the AsyncFd from here on; OwnedFd always
-    // reports the same descriptor and nothing else closes it.
-    let fd = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;
+    let fd = crate::sys::reactor::register(master, Interest::READABLE | Interest::WRITABLE)?;
     Ok(Master {
         fd,
         slave: PathBuf::from(std::ffi::OsStr::from_bytes(name.as_bytes())),

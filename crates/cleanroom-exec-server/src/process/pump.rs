@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -102,11 +101,8 @@ impl Source for Pipe {
                 return read;
             }
             // Readiness the pipe had before the registration is reported at once.
-            // SAFETY: the borrowed descriptor stays open and the same for the registration's
-            // whole life (it ends with this iteration, and `self.0` outlives it).
-            let registered =
-                unsafe { AsyncFd::register_with_interest(self.0.as_fd(), Interest::READABLE) }
-                    .map_err(|e| e.into_parts().1)?;
+            // The registration ends with this iteration (`self.0` outlives it).
+            let registered = crate::sys::reactor::register(self.0.as_fd(), Interest::READABLE)?;
             let _ = registered.readable().await?;
         }
     }
