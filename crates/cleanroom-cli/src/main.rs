@@ -155,13 +155,35 @@ fn cli_main() -> u8 {
 /// Parses the command line; `run --keep-root WHEN` is read as `--keep-root=WHEN` (see
 /// [`options::join_keep_root_value`]).
 fn parse() -> Result<Cli, clap::Error> {
-    let cli = Cli::try_parse()?;
+    let cli = match parse_run(std::env::args_os()) {
+        Some(cli) => cli,
+        None => Cli::try_parse()?,
+    };
     match &cli.command {
         Command::Run(args) if args.keep_root_value_apart() => {
             Cli::try_parse_from(options::join_keep_root_value(std::env::args_os().collect()))
         }
         _ => Ok(cli),
     }
+}
+
+/// The command line of a run, read by a parser that knows only the global options and `run`
+/// (the same definitions as [`Cli`]'s): building every subcommand's options was a third of the
+/// parsing that every run pays (issue 30). `None` for anything it does not accept (another
+/// subcommand, `--help`, `--version`, a usage error): [`Cli`] reads that command line again, so
+/// every message and every other subcommand is [`Cli`]'s own.
+fn parse_run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<Cli> {
+    use clap::{Args, FromArgMatches};
+    let parser = Global::augment_args(clap::Command::new("cleanroom"))
+        .subcommand(run::RunArgs::augment_args(clap::Command::new("run")))
+        .subcommand_required(true);
+    let matches = parser.try_get_matches_from(args).ok()?;
+    let global = Global::from_arg_matches(&matches).ok()?;
+    let run = run::RunArgs::from_arg_matches(matches.subcommand_matches("run")?).ok()?;
+    Some(Cli {
+        global,
+        command: Command::Run(Box::new(run)),
+    })
 }
 
 /// Logs go to stderr: warnings by default (and with `-q`: they say a guarantee did not hold),
@@ -247,4 +269,40 @@ pub fn write_stdout(bytes: &[u8], what: &str) -> u8 {
 pub fn fail(err: impl std::fmt::Display) -> u8 {
     eprintln!("cleanroom: {err}");
     EXIT_OWN_FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<std::ffi::OsString> {
+        line.split(' ').map(Into::into).collect()
+    }
+
+    #[test]
+    fn the_run_parser_reads_a_run_as_the_whole_cli_does_and_leaves_the_rest_to_it() {
+        for line in [
+            "cleanroom run true",
+            "cleanroom run -- ls -la",
+            "cleanroom -v --state-dir /x run --timeout 5s --on-leak fail cargo test -q",
+            "cleanroom run -q --keep-root=on-failure --protect strict --allow-write /a sh -c x",
+            "cleanroom run --exclusive db --net none --drop-secrets --report r.json make",
+            "cleanroom run --state-dir /y -vv --share-tmp /tmp/.X11-unix xterm",
+        ] {
+            let whole = Cli::try_parse_from(words(line)).expect(line);
+            let run = parse_run(words(line)).expect(line);
+            assert_eq!(format!("{run:?}"), format!("{whole:?}"), "{line}");
+        }
+        for line in [
+            "cleanroom gc --dry-run",
+            "cleanroom --version",
+            "cleanroom run --help",
+            "cleanroom run",
+            "cleanroom run --timeout",
+            "cleanroom rnu true",
+            "cleanroom -V run true",
+        ] {
+            assert!(parse_run(words(line)).is_none(), "{line}");
+        }
+    }
 }

@@ -20,7 +20,7 @@
 
 mod child;
 mod handles;
-mod mutate;
+pub(crate) mod mutate;
 mod ops;
 mod resolve;
 mod steps;
@@ -41,7 +41,7 @@ use crate::protocol::{Params, RpcError, INTERNAL_ERROR, INVALID_REQUEST};
 use crate::uri::parse_file_uri;
 
 pub use handles::Handles;
-pub(crate) use mutate::Plan;
+use mutate::Plan;
 use resolve::Reach;
 
 /// The code of a filesystem object that does not exist.

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use cleanroom::protect::view::{send_failure, send_own, View};
 
 use super::exit_now;
-use crate::fs::Plan;
+use crate::fs::mutate::Plan;
 
 /// The step a child reports when it carried out the whole plan.
 pub const DONE: u64 = u64::MAX - 1;
