@@ -220,7 +220,8 @@ pub fn main(args: RunArgs, global: &Global) -> u8 {
             return cleanroom::exit::EXIT_OWN_FAILURE;
         }
     }
-    report.exit.status
+    // 0–255 on Unix: the command's status, 128+N, or one of cleanroom's own.
+    u8::try_from(report.exit.status).unwrap_or(cleanroom::exit::EXIT_OWN_FAILURE)
 }
 
 /// Leaked processes named one per line before the rest is summed up (a fork loop leaks thousands).
@@ -320,7 +321,7 @@ fn print_summary(report: &RunReport, config: &RunConfig, quiet: bool) {
 /// says "may".
 fn denied_write_hint(report: &RunReport) -> Option<String> {
     use cleanroom::protect::{Enforcement, ProtectMode};
-    let protection = &report.protection;
+    let protection = report.protection.as_ref()?;
     let code = report.exit.code.filter(|&code| code != 0)?;
     if report.exit.ending != Ending::Exited || protection.enforcement == Enforcement::None {
         return None;

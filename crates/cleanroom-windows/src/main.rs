@@ -15,7 +15,8 @@ use cleanroom::env::EnvOptions;
 use cleanroom::exit::{EXIT_GC_LEFTOVERS, EXIT_OWN_FAILURE};
 use cleanroom::reclaim::{self, Budget, GcOptions};
 use cleanroom::remove::RemovalStatus;
-use cleanroom::run::{self, Ending, Protection, RunConfig};
+use cleanroom::report::Ending;
+use cleanroom::run::{self, Event, KeepRoot, RunConfig};
 use cleanroom::Namespace;
 
 const USAGE: &str = "\
@@ -66,6 +67,18 @@ enum Sub {
     Gc(GcOptions),
     List,
     LinuxOnly(String),
+}
+
+/// What the user asked of protection, which has no Windows backend yet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Protection {
+    /// `--protect off`.
+    #[default]
+    Off,
+    /// `--protect MODE`: the run warns that it is not protected.
+    BestEffort,
+    /// `--require-protection`: the run is refused.
+    Required,
 }
 
 #[derive(Default)]
@@ -222,37 +235,56 @@ impl Invocation {
 }
 
 fn run_main(args: RunConfigArgs, namespace: PathBuf) -> i32 {
-    let config = RunConfig {
-        command: args.command,
-        namespace,
-        timeout: args.timeout,
-        keep_root: args.keep_root,
-        env: args.env,
-        protection: args.protection,
+    match args.protection {
+        Protection::Off => {}
+        Protection::BestEffort => eprintln!(
+            "cleanroom: warning: write protection is not available on Windows (Landlock is \
+             Linux-only): the run is contained and cleaned up, but not protected"
+        ),
+        Protection::Required => {
+            return fail(
+                "write protection (--require-protection) is not available here: Windows has no \
+                 Landlock equivalent that cleanroom enforces yet; run without \
+                 --require-protection, or on Linux",
+            )
+        }
+    }
+    let config = RunConfig::builder(args.command)
+        .namespace(namespace)
+        .timeout(args.timeout)
+        .keep_root(if args.keep_root {
+            KeepRoot::Always
+        } else {
+            KeepRoot::Never
+        })
+        .pins(args.env.pins)
+        .drop_secrets(args.env.drop_secrets)
+        .keep_env(args.env.keep)
+        .build();
+    let mut events = |event: Event<'_>| match event {
+        Event::Warning(text) => eprintln!("cleanroom: warning: {text}"),
+        Event::Waiting(text) | Event::SpawnFailed(text) => eprintln!("cleanroom: {text}"),
     };
-    let outcome = match run::execute(&config) {
-        Ok(outcome) => outcome,
+    let report = match config.and_then(|config| run::execute(&config, &mut events)) {
+        Ok(report) => report,
         Err(e) => return fail(e),
     };
-    for warning in &outcome.warnings {
-        eprintln!("cleanroom: warning: {warning}");
-    }
-    for leak in &outcome.leaks {
+    for leak in &report.leaks {
         eprintln!(
             "cleanroom: leak: pid {} outlived the command and was killed: {}",
-            leak.id.pid, leak.command
+            leak.process.id.pid, leak.process.command
         );
     }
     let mut notes = Vec::new();
-    match outcome.ending {
+    match report.exit.ending {
         Ending::TimedOut => notes.push("timed out".to_string()),
         Ending::Interrupted => notes.push("interrupted".to_string()),
         Ending::Exited => {}
     }
-    if !outcome.leaks.is_empty() {
-        notes.push(format!("{} leaked process(es) killed", outcome.leaks.len()));
+    if !report.leaks.is_empty() {
+        notes.push(format!("{} leaked process(es) killed", report.leaks.len()));
     }
-    match &outcome.removal {
+    match &report.cleanup {
         Some(removal) => {
             if let RemovalStatus::Leftover(reason) | RemovalStatus::Refused(reason) =
                 &removal.status
@@ -265,18 +297,18 @@ fn run_main(args: RunConfigArgs, namespace: PathBuf) -> i32 {
         }
         None => eprintln!(
             "cleanroom: root kept at {} (reclaim it with `cleanroom gc --kept` when done)",
-            outcome.root.display()
+            report.root.display()
         ),
     }
     if !notes.is_empty() {
         eprintln!(
             "cleanroom: run {} exited {}: {}",
-            outcome.run_id,
-            outcome.status,
+            report.run_id,
+            report.exit.status,
             notes.join("; ")
         );
     }
-    outcome.status
+    report.exit.status
 }
 
 fn gc_main(options: &GcOptions, namespace: &std::path::Path) -> i32 {

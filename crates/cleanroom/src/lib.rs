@@ -39,10 +39,9 @@ pub mod text;
 // docs/macos.md).
 #[cfg(any(target_os = "linux", windows))]
 pub mod reclaim;
-#[cfg(target_os = "linux")]
-pub mod run;
-#[cfg(windows)]
-#[path = "run/windows.rs"]
+#[cfg(any(target_os = "linux", windows))]
+pub mod report;
+#[cfg(any(target_os = "linux", windows))]
 pub mod run;
 
 // flock-based exclusive runs: POSIX, so Linux and macOS.
@@ -55,8 +54,6 @@ pub mod lock;
 pub mod doctor;
 #[cfg(target_os = "linux")]
 pub mod protect;
-#[cfg(target_os = "linux")]
-pub mod report;
 #[cfg(target_os = "linux")]
 pub mod trust;
 

@@ -1,5 +1,13 @@
 //! The JSON report of a run (`--report FILE`), schema `cleanroom-run-report` version 1,
 //! documented in `docs/report.md`. Fields are only ever added within a version.
+//!
+//! One set of types on every platform, so every platform writes the same schema. What a
+//! platform cannot fill is `null` or empty there, never absent: on Windows `protection` is
+//! `null` and `tmp` empty (no protection backend), `containment.mechanism` is `null` (the run is
+//! in a Job Object, which is not a rung of Linux's ladder), `cgroup` is `null`, `watchdog` is
+//! `false` (the job dies with the runner's handle instead), `signal`, `interrupt_signal` and
+//! `timeout_signal` are `null` (no signals), and `killed` is empty (the job is terminated whole;
+//! what outlived the command is in `leaks`).
 
 use std::path::PathBuf;
 
@@ -8,9 +16,12 @@ use serde::Serialize;
 use crate::contain::Mechanism;
 use crate::env::ToolchainHome;
 use crate::process::ProcessInfo;
-use crate::protect::{ProtectionStatus, TmpLeft};
+#[cfg(target_os = "linux")]
+pub use crate::protect::{ProtectionStatus, TmpLeft};
 use crate::reclaim::GcSummary;
 use crate::remove::Removal;
+#[cfg(not(target_os = "linux"))]
+pub use unprotected::{ProtectionStatus, TmpLeft};
 
 /// Value of the `schema` field.
 pub const REPORT_SCHEMA: &str = "cleanroom-run-report";
@@ -32,8 +43,9 @@ pub enum Ending {
 /// How the command ended and what cleanroom exits with.
 #[derive(Clone, Debug, Serialize)]
 pub struct ExitInfo {
-    /// cleanroom's own exit status.
-    pub status: u8,
+    /// cleanroom's own exit status (0–255 on Unix; on Windows the command's exit code, which
+    /// may be larger, passes through whole).
+    pub status: i32,
     /// The command's exit code, if it exited.
     pub code: Option<i32>,
     /// The signal that killed the command, if one did.
@@ -49,8 +61,8 @@ pub struct ExitInfo {
 /// Containment in use.
 #[derive(Clone, Debug, Serialize)]
 pub struct ContainmentInfo {
-    /// The mechanism.
-    pub mechanism: Mechanism,
+    /// The mechanism (`null` on Windows: a Job Object, not a rung of Linux's ladder).
+    pub mechanism: Option<Mechanism>,
     /// Why a stronger one is not in use.
     pub fallback_reason: Option<String>,
     /// The cgroup, if any.
@@ -104,8 +116,8 @@ pub struct RunReport {
     pub exit: ExitInfo,
     /// Containment.
     pub containment: ContainmentInfo,
-    /// Protection.
-    pub protection: ProtectionStatus,
+    /// Protection (`null` where the platform has no protection backend: Windows).
+    pub protection: Option<ProtectionStatus>,
     /// What the command left in its private `/tmp` and `/var/tmp` (removed with the root), per
     /// directory; empty when they were not private (or processes survived).
     pub tmp: Vec<TmpLeft>,
@@ -124,4 +136,19 @@ pub struct RunReport {
     pub gc: GcSummary,
     /// Environment decisions.
     pub env: EnvInfo,
+}
+
+/// Where `protect` has no backend (Windows), its report types have no values: `protection` is
+/// always `null` and `tmp` always empty there.
+#[cfg(not(target_os = "linux"))]
+mod unprotected {
+    use serde::Serialize;
+
+    /// No protection status exists on this platform.
+    #[derive(Clone, Debug, Serialize)]
+    pub enum ProtectionStatus {}
+
+    /// No private `/tmp` exists on this platform.
+    #[derive(Clone, Debug, Serialize)]
+    pub enum TmpLeft {}
 }

@@ -15,7 +15,7 @@
 //!     .build()?;
 //! let report = run::execute(&config, &mut |_event| {})?;
 //! assert_eq!(report.leaks.len(), 1, "the background sleep outlived the command");
-//! assert_eq!(report.exit.status, run::EXIT_LEAKED);
+//! assert_eq!(report.exit.status, i32::from(run::EXIT_LEAKED));
 //! assert!(!report.root.exists(), "the root and the file in it are gone");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -24,11 +24,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{KeepRoot, LeakPolicy, ProtectSettings, RunConfig};
+use super::{KeepRoot, LeakPolicy, RunConfig};
 use crate::contain::ContainMode;
 use crate::env::{self, EnvOptions};
 use crate::error::{Error, Result};
+#[cfg(target_os = "linux")]
 use crate::lock::{LockRequest, LockScope};
+#[cfg(target_os = "linux")]
 use crate::protect::{NetMode, ProtectMode};
 use crate::reclaim::Budget;
 
@@ -45,10 +47,10 @@ impl Default for RunConfig {
     /// The defaults of `cleanroom run`, with no command yet.
     fn default() -> RunConfig {
         RunConfig {
-            // Unix's default never fails (`Namespace::default_path` can only on Windows).
-            namespace: crate::namespace::os::euid_default_path(),
+            namespace: default_namespace(),
             command: Vec::new(),
             timeout: None,
+            #[cfg(target_os = "linux")]
             timeout_signal: rustix::process::Signal::TERM,
             grace: DEFAULT_GRACE,
             leak_grace: DEFAULT_LEAK_GRACE,
@@ -57,7 +59,8 @@ impl Default for RunConfig {
             keep_root_count: DEFAULT_KEEP_ROOT_COUNT,
             contain: ContainMode::Auto,
             env: EnvOptions::default(),
-            protect: ProtectSettings {
+            #[cfg(target_os = "linux")]
+            protect: super::ProtectSettings {
                 mode: ProtectMode::Home,
                 protect_paths: Vec::new(),
                 allow_write: Vec::new(),
@@ -67,10 +70,21 @@ impl Default for RunConfig {
                 private_tmp: true,
                 share_tmp: Vec::new(),
             },
+            #[cfg(target_os = "linux")]
             locks: None,
             gc_budget: Budget::AT_RUN_START,
         }
     }
+}
+
+/// The namespace of `cleanroom run` without `--state-dir`. Unix's default never fails; on
+/// Windows, where the user's SID or LocalAppData can be missing, an empty path then makes the
+/// run fail with the reason when it opens the namespace.
+fn default_namespace() -> PathBuf {
+    #[cfg(unix)]
+    return crate::namespace::os::euid_default_path();
+    #[cfg(windows)]
+    crate::namespace::Namespace::default_path().unwrap_or_default()
 }
 
 impl RunConfig {
@@ -85,6 +99,7 @@ impl RunConfig {
                 command: command.into_iter().map(Into::into).collect(),
                 ..RunConfig::default()
             },
+            #[cfg(target_os = "linux")]
             locks: LockRequest {
                 names: Vec::new(),
                 scope: LockScope::User,
@@ -100,6 +115,7 @@ impl RunConfig {
 pub struct RunBuilder {
     config: RunConfig,
     /// Names, scope and wait of `--exclusive`; a request is made only when names are given.
+    #[cfg(target_os = "linux")]
     locks: LockRequest,
 }
 
@@ -113,13 +129,6 @@ impl RunBuilder {
     /// Ends the run with TERM, the grace period, then KILL after this long (`None`: no limit).
     pub fn timeout(mut self, limit: Option<Duration>) -> Self {
         self.config.timeout = limit;
-        self
-    }
-
-    /// The first signal sent to every process of the run when the timeout fires (default TERM;
-    /// KILL follows after the grace period).
-    pub fn timeout_signal(mut self, signal: rustix::process::Signal) -> Self {
-        self.config.timeout_signal = signal;
         self
     }
 
@@ -187,6 +196,46 @@ impl RunBuilder {
     /// Also pass the real `~/.netrc` through, read-only (`--pass-netrc`).
     pub fn pass_netrc(mut self, pass: bool) -> Self {
         self.config.env.pass_netrc = pass;
+        self
+    }
+
+    /// Bound of the reclamation of stale roots at the start of the run.
+    pub fn gc_budget(mut self, budget: Budget) -> Self {
+        self.config.gc_budget = budget;
+        self
+    }
+
+    /// The configuration; fails when the command is empty or a pin is not a variable name.
+    pub fn build(self) -> Result<RunConfig> {
+        let config = self.config;
+        if config.command.is_empty() {
+            return Err(Error::Invalid("no command given".into()));
+        }
+        for pin in &config.env.pins {
+            env::validate_pin(pin)?;
+        }
+        if config.keep_root_count == 0 {
+            return Err(Error::Invalid(
+                "keep_root_count 0 would keep no root kept on failure (KeepRoot::Never keeps none)"
+                    .into(),
+            ));
+        }
+        #[cfg(target_os = "linux")]
+        let config = RunConfig {
+            locks: (!self.locks.names.is_empty()).then_some(self.locks),
+            ..config
+        };
+        Ok(config)
+    }
+}
+
+/// What only Linux runs have today: protection, exclusive locks and the timeout's signal.
+#[cfg(target_os = "linux")]
+impl RunBuilder {
+    /// The first signal sent to every process of the run when the timeout fires (default TERM;
+    /// KILL follows after the grace period).
+    pub fn timeout_signal(mut self, signal: rustix::process::Signal) -> Self {
+        self.config.timeout_signal = signal;
         self
     }
 
@@ -260,31 +309,6 @@ impl RunBuilder {
     pub fn lock_timeout(mut self, limit: Option<Duration>) -> Self {
         self.locks.timeout = limit;
         self
-    }
-
-    /// Bound of the reclamation of stale roots at the start of the run.
-    pub fn gc_budget(mut self, budget: Budget) -> Self {
-        self.config.gc_budget = budget;
-        self
-    }
-
-    /// The configuration; fails when the command is empty or a pin is not a variable name.
-    pub fn build(self) -> Result<RunConfig> {
-        let mut config = self.config;
-        if config.command.is_empty() {
-            return Err(Error::Invalid("no command given".into()));
-        }
-        for pin in &config.env.pins {
-            env::validate_pin(pin)?;
-        }
-        if config.keep_root_count == 0 {
-            return Err(Error::Invalid(
-                "keep_root_count 0 would keep no root kept on failure (KeepRoot::Never keeps none)"
-                    .into(),
-            ));
-        }
-        config.locks = (!self.locks.names.is_empty()).then_some(self.locks);
-        Ok(config)
     }
 }
 

@@ -1,51 +1,62 @@
 //! The lifecycle of `cleanroom run`; see `docs/design.md` for the picture.
 //!
-//! 1. open the namespace; reclaim stale roots (bounded);
-//! 2. take exclusive locks (signals still default: an interrupted wait leaves nothing behind);
-//! 3. block the runner's signals; contain (subreaper, cgroup); create and publish the root with
-//!    its liveness lock; build the environment and the protection policy;
-//! 4. fork the watchdog; spawn the command (born in the cgroup; own process group, terminal,
-//!    protection in `pre_exec`);
-//! 5. wait for its exit, the deadline, or a signal to the runner (forward, grace, KILL; a second
-//!    signal kills at once);
-//! 6. whatever is still alive afterwards is a leak: named, TERMed, given a short grace, KILLed;
-//! 7. tell the watchdog the run is over; release locks; remove the cgroup and the root (or keep
-//!    it: always, or on failure with why recorded in its marker); reap the watchdog (it exited
-//!    meanwhile); report.
+//! One module on every platform that runs commands: what a run is asked ([`RunConfig`], built
+//! with [`RunBuilder`]; [`LeakPolicy`], [`KeepRoot`]), what it tells its caller meanwhile
+//! ([`Event`]) and at the end (a [`RunReport`], the same schema everywhere), how its outcome
+//! becomes the exit status, and the steps every platform takes the same way, are here. The
+//! platform's lifecycle is the one private `os` child picked below:
+//! - Linux (`linux.rs`, with its children `signals.rs` and `terminal.rs`): containment ladder,
+//!   watchdog, protection in the child, exclusive locks, signals read from a signalfd, the
+//!   terminal's foreground handed to the command;
+//! - Windows (`windows.rs`): a Job Object per run, Ctrl-C/Ctrl-Break counted by a console
+//!   handler (docs/windows.md).
+//!
+//! Protection, exclusive locks and the timeout's signal are Linux's today (`protect` and `lock`
+//! have no Windows backend yet): their settings exist on Linux only, and the report's fields a
+//! platform cannot fill are `null` or empty there (see [`crate::report`]).
+//!
+//! Every platform:
+//! 1. opens the namespace and reclaims stale roots (bounded, [`RunConfig::gc_budget`]);
+//! 2. creates and publishes the root, spawns the command contained, waits for its exit, the
+//!    deadline or an interrupt (the platform's part);
+//! 3. names and kills whatever outlived the command (a leak);
+//! 4. keeps the root (always, or on failure with why recorded in its marker), leaves it for gc
+//!    (processes survived) or removes it;
+//! 5. reports, and exits with the command's status (signal death as 128+N), 124 on timeout, 123
+//!    on a leak under [`LeakPolicy::Fail`], 125 for cleanroom's own failures ([`crate::exit`]).
 //!
 //! Invariant: once the root exists, every path out of [`execute`] removes it (or keeps it when
 //! asked), and no process of the run is alive when [`execute`] returns.
 
 mod builder;
-mod signals;
-mod terminal;
+#[cfg(target_os = "linux")]
+#[path = "linux.rs"]
+mod os;
+#[cfg(windows)]
+#[path = "windows.rs"]
+mod os;
 
 pub use builder::{RunBuilder, DEFAULT_GRACE, DEFAULT_KEEP_ROOT_COUNT, DEFAULT_LEAK_GRACE};
+#[cfg(target_os = "linux")]
+pub use os::{parse_signal, ProtectSettings};
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rustix::process::Signal;
-
-use crate::contain::{ContainMode, Container};
+use crate::contain::ContainMode;
 use crate::env::{self, EnvOptions};
 use crate::error::{Error, Result};
-use crate::lock::{self, LockOwner, LockRequest};
 use crate::marker::Kept;
 use crate::namespace::Namespace;
 use crate::process::ProcessInfo;
-use crate::protect::{NetMode, ProtectMode, Protection, ProtectionRequest};
 use crate::reclaim::{self, Budget};
 use crate::remove::Removal;
 use crate::report::{
-    ContainmentInfo, Ending, EnvInfo, ExitInfo, Leak, RunReport, REPORT_SCHEMA, REPORT_VERSION,
+    ContainmentInfo, Ending, EnvInfo, ExitInfo, Leak, ProtectionStatus, RunReport, TmpLeft,
+    REPORT_SCHEMA, REPORT_VERSION,
 };
 use crate::root::{self, Root, RootOptions};
-
-use signals::{Received, RunnerSignals};
 
 // The exit statuses are defined once, in `crate::exit`.
 pub use crate::exit::{
@@ -53,33 +64,10 @@ pub use crate::exit::{
     EXIT_TIMEOUT_KILLED,
 };
 
-/// Reads a signal as kill(1) and timeout(1) take it: `TERM`, `SIGTERM`, `term` or `15`.
-pub fn parse_signal(text: &str) -> std::result::Result<Signal, String> {
-    const NAMES: [(&str, libc::c_int); 14] = [
-        ("HUP", libc::SIGHUP),
-        ("INT", libc::SIGINT),
-        ("QUIT", libc::SIGQUIT),
-        ("ABRT", libc::SIGABRT),
-        ("KILL", libc::SIGKILL),
-        ("USR1", libc::SIGUSR1),
-        ("USR2", libc::SIGUSR2),
-        ("PIPE", libc::SIGPIPE),
-        ("ALRM", libc::SIGALRM),
-        ("TERM", libc::SIGTERM),
-        ("CONT", libc::SIGCONT),
-        ("STOP", libc::SIGSTOP),
-        ("TSTP", libc::SIGTSTP),
-        ("XCPU", libc::SIGXCPU),
-    ];
-    let upper = text.trim().to_ascii_uppercase();
-    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-    let raw = match name.parse::<libc::c_int>() {
-        Ok(n) => Some(n),
-        Err(_) => NAMES.iter().find(|(n, _)| *n == name).map(|&(_, v)| v),
-    };
-    raw.and_then(Signal::from_named_raw)
-        .ok_or_else(|| format!("unknown signal {text:?} (a name such as TERM or INT, or a number)"))
-}
+/// SIGINT's number: the status of a run interrupted by an unnamed signal is 128 + this.
+const SIGINT: i32 = 2;
+/// SIGKILL's number: a timed-out command that died of it after the grace exits 137.
+const SIGKILL: i32 = 9;
 
 /// What to do when processes outlive the command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,30 +87,9 @@ pub enum KeepRoot {
     /// Kept; gc leaves it until `gc --kept`.
     Always,
     /// Kept when the run fails (its exit status is not 0), with why in its marker; gc reclaims
-    /// it once [`RunConfig::keep_root_count`] newer roots were kept on failure.
+    /// it once [`RunConfig::keep_root_count`] newer roots were kept on failure. Where a marker
+    /// cannot record it (Windows today), the root is removed with a warning.
     OnFailure,
-}
-
-/// Protection settings of a run (the run fills in the paths it knows).
-#[derive(Clone, Debug)]
-pub struct ProtectSettings {
-    /// Filesystem mode.
-    pub mode: ProtectMode,
-    /// `--protect-path`.
-    pub protect_paths: Vec<PathBuf>,
-    /// `--allow-write`.
-    pub allow_write: Vec<PathBuf>,
-    /// Where entries of the two lists were named, for messages (see
-    /// [`ProtectionRequest::path_origins`]).
-    pub path_origins: std::collections::BTreeMap<PathBuf, String>,
-    /// `--net`.
-    pub net: NetMode,
-    /// `--require-protection`.
-    pub require: bool,
-    /// A private `/tmp` and `/var/tmp` (`--host-tmp` turns it off).
-    pub private_tmp: bool,
-    /// `--share-tmp`.
-    pub share_tmp: Vec<PathBuf>,
 }
 
 /// Everything `cleanroom run` was asked to do.
@@ -134,9 +101,12 @@ pub struct RunConfig {
     pub command: Vec<OsString>,
     /// `--timeout`.
     pub timeout: Option<Duration>,
-    /// `--signal`: the first signal sent when the timeout fires.
-    pub timeout_signal: Signal,
-    /// `--grace`: between TERM and KILL on timeout or interrupt.
+    /// `--signal`: the first signal sent when the timeout fires (Linux; Windows terminates the
+    /// run's job at once).
+    #[cfg(target_os = "linux")]
+    pub timeout_signal: rustix::process::Signal,
+    /// `--grace`: between TERM and KILL on timeout or interrupt (Windows: between the first
+    /// Ctrl-C and the termination of the job).
     pub grace: Duration,
     /// Between TERM and KILL for leaked processes.
     pub leak_grace: Duration,
@@ -146,14 +116,16 @@ pub struct RunConfig {
     pub keep_root: KeepRoot,
     /// `--keep-root-count`: how many roots kept on failure stay (the newest).
     pub keep_root_count: u32,
-    /// `--contain`.
+    /// `--contain` (Linux's ladder; Windows always uses a Job Object).
     pub contain: ContainMode,
     /// Environment options.
     pub env: EnvOptions,
-    /// Protection.
+    /// Protection (Linux).
+    #[cfg(target_os = "linux")]
     pub protect: ProtectSettings,
-    /// `--exclusive` locks, if any.
-    pub locks: Option<LockRequest>,
+    /// `--exclusive` locks, if any (Linux).
+    #[cfg(target_os = "linux")]
+    pub locks: Option<crate::lock::LockRequest>,
     /// Bound of the reclamation at start.
     pub gc_budget: Budget,
 }
@@ -168,23 +140,6 @@ pub enum Event<'a> {
     SpawnFailed(&'a str),
 }
 
-/// Escalation of the run's termination, in order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Stage {
-    /// Nothing asked the run to stop.
-    Running,
-    /// TERM (or the forwarded signal) was sent; KILL at the instant.
-    Signalled(Instant),
-    /// Everything was SIGKILLed.
-    Killed,
-}
-
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
-}
-
 /// Runs `config.command` in a fresh root and returns the report. `Err` means nothing was run.
 pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<RunReport> {
     let started = Instant::now();
@@ -197,214 +152,152 @@ pub fn execute(config: &RunConfig, events: &mut dyn FnMut(Event<'_>)) -> Result<
     let ns = Namespace::open_or_create(&config.namespace)?;
     let gc = reclaim::at_run_start(&ns, config.gc_budget);
     let run_id = root::new_run_id()?;
-    let command_text: Vec<String> = config
+    let command: Vec<String> = config
         .command
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    // Locks come first, while signals still have their default effect: an interrupted or
-    // timed-out wait leaves nothing behind, because nothing has been created yet.
-    let held_locks = match &config.locks {
-        Some(request) => lock::acquire(
-            &ns,
-            request,
-            &LockOwner {
-                run_id: run_id.clone(),
-                command: command_text.clone(),
-            },
-            &mut |line| events(Event::Waiting(line)),
-        )?,
-        None => lock::HeldLocks::default(),
-    };
-    let mut signals = RunnerSignals::block()?;
-    let mut container = Container::new(&run_id, config.contain)?;
-    tracing::info!(
-        "containment: {}{}",
-        container.mechanism(),
-        container
-            .fallback_reason()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default()
-    );
-    let host = env::host_env();
-    let homes = env::homes_needed(&host, &config.env.pins);
-    let root = Root::create(
-        &ns,
-        &run_id,
-        &RootOptions {
-            command: command_text.clone(),
-            keep: config.keep_root == KeepRoot::Always,
-            cgroup: container.cgroup_path().map(|p| p.display().to_string()),
-            homes: homes.clone(),
-        },
-    )?;
-    tracing::info!("root: {}", root.path().display());
-    let setup = prepare_child(config, &root, &host, events);
-    let (mut child_env, mut protection) = match setup {
-        Ok(v) => v,
-        Err(e) => {
-            // Descriptors may be what ran out: the removal needs some, the container and the
-            // locks need theirs no longer (nothing of the run has started).
-            drop((container, held_locks, ns));
-            signals.close_descriptor();
-            let removal = root.close();
-            if !removal.is_removed() {
-                tracing::warn!(
-                    "cleanup after a failed setup left {}",
-                    removal.path.display()
-                );
-            }
-            return Err(e);
-        }
-    };
-    child_env.vars.extend(
-        held_locks
-            .child_env()
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into())),
-    );
-
-    let mut command = Command::new(&config.command[0]);
-    command
-        .args(&config.command[1..])
-        .env_clear()
-        .envs(&child_env.vars);
-    crate::contain::reset_signals_on_exec(&mut command);
-    // SAFETY: setpgid(0, 0) is async-signal-safe and touches no memory.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::setpgid(0, 0) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
-    let foreground = terminal::Foreground::detect();
-    if let Some(fg) = &foreground {
-        fg.configure(&mut command);
-    }
-    protection.configure(&mut command);
-
-    // The watchdog is forked last, just before the command (no process of the run exists
-    // before it, so nothing can outlive a runner that dies earlier; a dead runner's root and
-    // empty cgroup are gc's): the runner's setup then writes its pages before the fork, not
-    // through copy-on-write faults after it.
-    container.arm_watchdog(&run_id);
-    let mut outcome = Outcome::default();
-    // Armed after the watchdog's fork, so only the command's child holds the report's pipe.
-    let setup_report = protection.arm_report().unwrap_or_else(|e| {
-        tracing::debug!("no report of the sandbox's best-effort steps: {e}");
-        None
-    });
-    let spawned = container.spawn(&mut command);
-    if let Some(report) = setup_report {
-        for warning in protection.settle(report) {
-            events(Event::Warning(&warning));
-        }
-    }
-    match spawned {
-        Ok(main) => {
-            container.started(main);
-            if let Some((relay, socket)) = foreground.as_ref().and_then(|fg| fg.relay_keys(main)) {
-                container.keep(relay.pid());
-                signals.watch_keys(relay, socket);
-            }
-            supervise(config, &mut container, &signals, &mut outcome);
-        }
-        Err(e) => {
-            let (status, message) = spawn_failure(&e, &protection, &command_text[0]);
-            events(Event::SpawnFailed(&message));
-            outcome.spawn_failure = Some(status);
-        }
-    }
-    if let Some(fg) = &foreground {
-        fg.restore();
-    }
-    // Descriptors may be what ran out (the spawn failed for want of them): what only the spawn
-    // needed (the Landlock ruleset, the terminal), the locks and the namespace's handle are
-    // given back before the removal needs its own.
-    // Survivors: the kill loop gave up; the cgroup and the root stay for gc to retry.
-    let survived = !outcome.survivors.is_empty();
-    let tmp = if survived {
-        Vec::new()
-    } else {
-        protection.tmp_left()
-    };
-    let protection_status = protection.status().clone();
-    drop((command, protection, foreground, held_locks, ns));
-    signals.close_descriptor();
-
-    if survived {
-        container.left_survivors();
-    }
-    let guarded = container.has_watchdog();
-    // Told `D`one now, reaped last: it exits while the cgroup and the root are removed.
-    let (watchdog, watchdog_lost) = container.release_watchdog();
-    let exit = outcome.exit_info(config);
-    let containment = ContainmentInfo {
-        mechanism: container.mechanism(),
-        fallback_reason: container.fallback_reason().map(str::to_owned),
-        cgroup: container.cgroup_path().map(PathBuf::from),
-        watchdog: guarded,
-        watchdog_lost: watchdog_lost.map(str::to_owned),
-    };
-    drop(container);
-    for left in tmp.iter().filter(|left| left.entries > 0) {
-        tracing::info!("{left}, removed with the root");
-    }
-    let root_path = root.path().to_path_buf();
-    let (cleanup, kept_root) = finish_root(root, config, exit.status, survived, events);
-    if let Some(watchdog) = watchdog {
-        watchdog.disarm();
-    }
-    // Signals stay blocked until the root is gone, so an impatient Ctrl-C cannot cut the removal
-    // short; what arrived meanwhile is discarded rather than delivered when the mask is restored.
-    signals.discard();
-    drop(signals);
+    let ran = os::execute(config, ns, &run_id, &command, events)?;
     Ok(RunReport {
         schema: REPORT_SCHEMA,
         version: REPORT_VERSION,
         run_id,
-        root: root_path,
-        command: command_text,
+        root: ran.root,
+        command,
         started_unix_ms: unix_ms(started_at),
         duration_ms: started.elapsed().as_millis() as u64,
-        exit,
-        containment,
-        protection: protection_status,
-        tmp,
-        leaks: outcome.leaks,
-        killed: outcome.killed,
-        survivors: outcome.survivors,
-        cleanup,
-        kept_root,
+        exit: ran.exit,
+        containment: ran.containment,
+        protection: ran.protection,
+        tmp: ran.tmp,
+        leaks: ran.outcome.leaks,
+        killed: ran.outcome.killed,
+        survivors: ran.outcome.survivors,
+        cleanup: ran.cleanup,
+        kept_root: ran.kept_root,
         gc,
-        env: EnvInfo {
-            toolchain: child_env.facts.toolchain,
-            homes,
-            dropped: child_env.dropped,
-        },
+        env: ran.env,
     })
 }
 
-/// The exit status and message of a spawn that failed with `e`: the sandbox's set-up, named by
-/// its step and path, is cleanroom's own failure (125); a command that could not be found or
-/// executed is 127 or 126.
-fn spawn_failure(e: &std::io::Error, protection: &Protection, program: &str) -> (u8, String) {
-    if let Some(what) = protection.explain(e) {
-        return (
-            EXIT_OWN_FAILURE,
-            format!("cannot set up the sandbox of {program}: cannot {what}"),
-        );
+/// What the platform's lifecycle hands back: the parts of the report only it knows.
+struct Ran {
+    root: PathBuf,
+    exit: ExitInfo,
+    outcome: Outcome,
+    containment: ContainmentInfo,
+    protection: Option<ProtectionStatus>,
+    tmp: Vec<TmpLeft>,
+    cleanup: Option<Removal>,
+    kept_root: bool,
+    env: EnvInfo,
+}
+
+/// Creates and publishes the run's root in `ns` (with the cgroup its marker records, if any),
+/// with its own directory for each variable of `homes`.
+fn create_root(
+    ns: &Namespace,
+    run_id: &str,
+    command: &[String],
+    config: &RunConfig,
+    cgroup: Option<String>,
+    homes: &[String],
+) -> Result<Root> {
+    let options = RootOptions {
+        command: command.to_vec(),
+        keep: config.keep_root == KeepRoot::Always,
+        cgroup,
+        homes: homes.to_vec(),
+    };
+    Root::create(ns, run_id, &options)
+}
+
+/// The environment decisions of the report.
+fn env_info(child_env: env::ChildEnv, homes: Vec<String>) -> EnvInfo {
+    EnvInfo {
+        toolchain: child_env.facts.toolchain,
+        homes,
+        dropped: child_env.dropped,
     }
-    let status = match e.kind() {
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// What happened while the command ran.
+#[derive(Default)]
+struct Outcome {
+    /// The command's exit code, if it exited.
+    code: Option<i32>,
+    /// The signal that killed the command, if one did.
+    signal: Option<i32>,
+    ending: Option<Ending>,
+    interrupt_signal: Option<i32>,
+    leaks: Vec<Leak>,
+    killed: Vec<ProcessInfo>,
+    /// Alive after the KILL loop's bound: the run failed (125), its root is left for gc.
+    survivors: Vec<ProcessInfo>,
+    spawn_failure: Option<u8>,
+    /// The run was SIGKILLed after its grace.
+    escalated: bool,
+}
+
+impl Outcome {
+    /// How the run ended and the status cleanroom exits with; `timeout_signal` is the first
+    /// signal of a timeout, where the platform sends one.
+    fn exit_info(&self, on_leak: LeakPolicy, timeout_signal: Option<i32>) -> ExitInfo {
+        let ending = self.ending.unwrap_or(Ending::Exited);
+        let (code, signal) = (self.code, self.signal);
+        let mut status = match (self.spawn_failure, ending, code, signal) {
+            (Some(s), ..) => i32::from(s),
+            (None, Ending::TimedOut, _, Some(SIGKILL)) if self.escalated => {
+                i32::from(EXIT_TIMEOUT_KILLED)
+            }
+            (None, Ending::TimedOut, ..) => i32::from(EXIT_TIMEOUT),
+            (None, Ending::Interrupted, Some(0), _) => {
+                128 + self.interrupt_signal.unwrap_or(SIGINT)
+            }
+            (None, _, Some(c), _) => c,
+            (None, _, None, Some(s)) => 128 + s,
+            (None, _, None, None) => i32::from(EXIT_OWN_FAILURE),
+        };
+        if status == 0 && !self.leaks.is_empty() && on_leak == LeakPolicy::Fail {
+            status = i32::from(EXIT_LEAKED);
+        }
+        if !self.survivors.is_empty() {
+            status = i32::from(EXIT_OWN_FAILURE);
+        }
+        ExitInfo {
+            status,
+            code,
+            signal,
+            ending,
+            interrupt_signal: self.interrupt_signal,
+            timeout_signal: timeout_signal.filter(|_| ending == Ending::TimedOut),
+        }
+    }
+
+    /// Records processes that outlived the command, found `found_after_ms` after its exit.
+    fn leaked(&mut self, processes: Vec<ProcessInfo>, found_after_ms: u64) {
+        self.leaks.extend(processes.into_iter().map(|process| Leak {
+            process,
+            found_after_ms,
+        }));
+    }
+}
+
+/// The status of a command that could not be started with `e`: 127 not found, 126 not
+/// executable (the platform names which errors say so), 125 anything else.
+fn spawn_status(e: &std::io::Error) -> u8 {
+    match e.kind() {
         std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
         std::io::ErrorKind::PermissionDenied => EXIT_NOT_EXECUTABLE,
-        _ if e.raw_os_error() == Some(libc::ENOEXEC) => EXIT_NOT_EXECUTABLE,
+        _ if e.raw_os_error().is_some_and(os::not_executable) => EXIT_NOT_EXECUTABLE,
         _ => EXIT_OWN_FAILURE,
-    };
-    (status, format!("cannot run {program}: {e}"))
+    }
 }
 
 /// The end of the root once its run is over: kept (always, or on failure with why recorded in
@@ -413,7 +306,7 @@ fn spawn_failure(e: &std::io::Error, protection: &Protection, program: &str) -> 
 fn finish_root(
     mut root: Root,
     config: &RunConfig,
-    exit_status: u8,
+    exit_status: i32,
     survived: bool,
     events: &mut dyn FnMut(Event<'_>),
 ) -> (Option<Removal>, bool) {
@@ -424,10 +317,10 @@ fn finish_root(
         }
         KeepRoot::OnFailure if exit_status != 0 => {
             let kept = Kept::OnFailure {
-                exit_status,
+                exit_status: u8::try_from(exit_status).unwrap_or(EXIT_OWN_FAILURE),
                 retain: config.keep_root_count,
             };
-            match root.record_kept(kept) {
+            match os::record_kept(&mut root, kept) {
                 Ok(()) => {
                     root.keep();
                     return (None, true);
@@ -448,199 +341,4 @@ fn finish_root(
         return (None, false);
     }
     (Some(root.close()), false)
-}
-
-/// Environment and protection: everything between the root and the spawn.
-fn prepare_child(
-    config: &RunConfig,
-    root: &Root,
-    host: &std::collections::BTreeMap<OsString, OsString>,
-    events: &mut dyn FnMut(Event<'_>),
-) -> Result<(env::ChildEnv, Protection)> {
-    let mut child_env = env::build(host, root.layout(), root.path(), root.run_id(), &config.env);
-    let cwd = std::env::current_dir().map_err(|e| Error::sys("read the current directory", e))?;
-    let mut request = ProtectionRequest::new(config.protect.mode, &child_env, root.path(), &cwd);
-    request
-        .protect_paths
-        .clone_from(&config.protect.protect_paths);
-    request.allow_write.clone_from(&config.protect.allow_write);
-    request
-        .path_origins
-        .clone_from(&config.protect.path_origins);
-    request.net = config.protect.net;
-    request.require = config.protect.require;
-    request.private_tmp = config.protect.private_tmp;
-    request.share_tmp.clone_from(&config.protect.share_tmp);
-    let protection = Protection::prepare(&request)?;
-    let status = protection.status();
-    for warning in &status.warnings {
-        events(Event::Warning(warning));
-    }
-    tracing::info!("protection: {status}");
-    child_env.vars.extend(
-        protection
-            .child_env()
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into())),
-    );
-    Ok((child_env, protection))
-}
-
-/// What happened while the command ran.
-#[derive(Default)]
-struct Outcome {
-    main_status: Option<i32>,
-    ending: Option<Ending>,
-    interrupt_signal: Option<i32>,
-    leaks: Vec<Leak>,
-    killed: Vec<ProcessInfo>,
-    /// Alive after the KILL loop's bound: the run failed (125), its root is left for gc.
-    survivors: Vec<ProcessInfo>,
-    spawn_failure: Option<u8>,
-    /// The run was SIGKILLed after its grace.
-    escalated: bool,
-}
-
-impl Outcome {
-    fn exit_info(&self, config: &RunConfig) -> ExitInfo {
-        let ending = self.ending.unwrap_or(Ending::Exited);
-        let (code, signal) = match self.main_status {
-            Some(raw) if libc::WIFEXITED(raw) => (Some(libc::WEXITSTATUS(raw)), None),
-            Some(raw) if libc::WIFSIGNALED(raw) => (None, Some(libc::WTERMSIG(raw))),
-            _ => (None, None),
-        };
-        let mut status = match (self.spawn_failure, ending, code, signal) {
-            (Some(s), ..) => s,
-            (None, Ending::TimedOut, _, Some(libc::SIGKILL)) if self.escalated => {
-                EXIT_TIMEOUT_KILLED
-            }
-            (None, Ending::TimedOut, ..) => EXIT_TIMEOUT,
-            (None, Ending::Interrupted, Some(0), _) => {
-                128 + self.interrupt_signal.unwrap_or(libc::SIGINT) as u8
-            }
-            (None, _, Some(c), _) => c as u8,
-            (None, _, None, Some(s)) => 128u8.saturating_add(s as u8),
-            (None, _, None, None) => EXIT_OWN_FAILURE,
-        };
-        if status == 0 && !self.leaks.is_empty() && config.on_leak == LeakPolicy::Fail {
-            status = EXIT_LEAKED;
-        }
-        if !self.survivors.is_empty() {
-            status = EXIT_OWN_FAILURE;
-        }
-        ExitInfo {
-            status,
-            code,
-            signal,
-            ending,
-            interrupt_signal: self.interrupt_signal,
-            timeout_signal: (ending == Ending::TimedOut).then(|| config.timeout_signal.as_raw()),
-        }
-    }
-}
-
-/// Waits for the main process while honouring the deadline and signals; then handles leaks.
-fn supervise(
-    config: &RunConfig,
-    container: &mut Container,
-    signals: &RunnerSignals,
-    outcome: &mut Outcome,
-) {
-    let deadline = config.timeout.map(|t| Instant::now() + t);
-    let mut stage = Stage::Running;
-    // The members signalled when the run was asked to stop: the first to be KILLed.
-    let mut known: Vec<ProcessInfo> = Vec::new();
-    loop {
-        container.reap();
-        if container.main_status().is_some() {
-            break;
-        }
-        let now = Instant::now();
-        if let (Some(d), Stage::Running) = (deadline, stage) {
-            if now >= d {
-                tracing::info!(
-                    "timeout: sending signal {} to every process of the run",
-                    config.timeout_signal.as_raw()
-                );
-                outcome.ending = Some(Ending::TimedOut);
-                known = container.signal_all(config.timeout_signal);
-                stage = Stage::Signalled(now + config.grace);
-            }
-        }
-        if let Stage::Signalled(kill_at) = stage {
-            if now >= kill_at {
-                tracing::info!("grace period over: killing every process of the run");
-                kill_all(container, &known, outcome);
-                stage = Stage::Killed;
-                continue;
-            }
-        }
-        let wake = match stage {
-            Stage::Running => deadline,
-            Stage::Signalled(kill_at) => Some(kill_at),
-            Stage::Killed => Some(now + Duration::from_millis(10)),
-        };
-        for received in signals.wait(wake.map(|w| w.saturating_duration_since(Instant::now()))) {
-            let Received::Forward(sig) = received else {
-                continue;
-            };
-            outcome.interrupt_signal = Some(sig);
-            outcome.ending = outcome.ending.max(Some(Ending::Interrupted));
-            match stage {
-                Stage::Running => {
-                    tracing::info!("forwarding signal {sig} to the run");
-                    if let Some(signal) = Signal::from_named_raw(sig) {
-                        known = container.signal_all(signal);
-                    }
-                    stage = Stage::Signalled(Instant::now() + config.grace);
-                }
-                Stage::Signalled(_) => {
-                    tracing::info!("second signal: killing every process of the run");
-                    kill_all(container, &known, outcome);
-                    stage = Stage::Killed;
-                }
-                Stage::Killed => {}
-            }
-        }
-    }
-    outcome.main_status = container.main_status();
-    terminate_leaks(config, container, outcome);
-}
-
-/// Whatever of the run is alive once the main process is reaped is a leak: named, TERMed, given
-/// `--leak-grace`, KILLed (see [`Container::finish`]).
-fn terminate_leaks(config: &RunConfig, container: &mut Container, outcome: &mut Outcome) {
-    let exited_at = Instant::now();
-    let left = container.finish(config.leak_grace);
-    let found_after_ms = exited_at.elapsed().as_millis() as u64;
-    outcome
-        .leaks
-        .extend(left.leaked.into_iter().map(|process| Leak {
-            process,
-            found_after_ms,
-        }));
-    outcome.merge(left.ended);
-}
-
-impl Outcome {
-    /// Adds what a termination killed and what survived it, once each.
-    fn merge(&mut self, ended: crate::contain::Termination) {
-        for (list, more) in [
-            (&mut self.killed, ended.killed),
-            (&mut self.survivors, ended.survivors),
-        ] {
-            for process in more {
-                if !list.iter().any(|k| k.id == process.id) {
-                    list.push(process);
-                }
-            }
-        }
-    }
-}
-
-/// The KILL phase of a timeout or interrupt: `known` first, then everything until the run is
-/// provably empty; what needed SIGKILL goes to the report.
-fn kill_all(container: &mut Container, known: &[ProcessInfo], outcome: &mut Outcome) {
-    outcome.escalated = true;
-    outcome.merge(container.kill_until_empty(known));
 }
