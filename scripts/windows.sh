@@ -50,7 +50,7 @@ log=$CARGO_TARGET_DIR/windows-build.log
 test_exe=$("${cargo[@]}" test "${manifest[@]}" "${win[@]}" --no-run --message-format=json 2>>"$log" |
   sed -n 's/.*"executable":"\([^"]*wine[^"]*\.exe\)".*/\1/p' | tail -n1)
 [ -n "$test_exe" ] || die "cargo did not report the Wine test executable (see $log)"
-if grep -q '^warning: .*\|^warning\[' "$log" && grep -A3 '^warning' "$log" | grep -q -- '--> crates/'; then
+if grep -q '^warning: .*\|^warning\[' "$log" && grep -A3 '^warning' "$log" | grep -q -- '--> \(/.*/\)\?crates/'; then
   die "the Windows build has warnings in our crates (see $log)"
 fi
 
