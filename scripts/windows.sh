@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Windows and macOS from this Linux machine (docs/windows.md):
-# 1. builds cleanroom.exe (crates/cleanroom-windows) and its Wine tests for x86_64-pc-windows-gnu
-#    with Debian's rustc-web + build-std + mingw, in a cross target dir outside the checkout
-#    (below; the Linux target stays warm);
+# 1. builds the real CLI (crates/cleanroom-cli) for x86_64-pc-windows-gnu with Debian's
+#    rustc-web + build-std + mingw, in a cross target dir outside the checkout (below; the Linux
+#    target stays warm), then cleanroom.exe of crates/cleanroom-windows and its Wine tests;
 # 2. runs the tests under Wine 8 with a private WINEPREFIX inside target/ (removed afterwards),
-#    with the ProcessPrng stand-in DLL (test scaffolding, scripts/windows/processprng.c);
+#    with the ProcessPrng stand-in DLL (test scaffolding, scripts/windows/processprng.c), and
+#    checks the real CLI there (config file, --report, --on-leak, list/gc --json, refusals);
 # 3. type-checks the library for x86_64-apple-darwin.
 # A missing tool is a loud failure, never a skip: scripts/test.sh installs rustc-web cargo-web
 # rust-web-src gcc-mingw-w64-x86-64 wine64.
@@ -42,17 +43,29 @@ out=$CARGO_TARGET_DIR/x86_64-pc-windows-gnu/debug
 
 step() { echo "== $* ($(date +%T))" >&2; }
 
-step "build cleanroom.exe, the test payload and the Wine tests"
 # No clippy exists for Debian's rustc 1.96 (rustup's 1.95 clippy cannot build 1.96's core), so
 # compiler warnings in our crates fail the build here instead (cargo replays cached ones).
+warnings_in_our_crates() {
+  grep -q '^warning: .*\|^warning\[' "$1" && grep -A3 '^warning' "$1" | grep -q -- '--> \(/.*/\)\?crates/'
+}
+
+step "build the real CLI (crates/cleanroom-cli) for Windows"
+# Both packages name their binary cleanroom.exe in the same directory: the real CLI is copied
+# out before the other build puts its own there.
+cli_log=$CARGO_TARGET_DIR/windows-cli-build.log
+"${cargo[@]}" build -p cleanroom-cli --bin cleanroom "${win[@]}" 2>&1 | tee "$cli_log" >&2
+warnings_in_our_crates "$cli_log" && die "the Windows build of the CLI has warnings in our crates (see $cli_log)"
+cli_exe=$TMPDIR/cli/cleanroom.exe
+mkdir -p "$TMPDIR/cli"
+cp "$out/cleanroom.exe" "$cli_exe"
+
+step "build cleanroom.exe, the test payload and the Wine tests"
 log=$CARGO_TARGET_DIR/windows-build.log
 "${cargo[@]}" build "${manifest[@]}" "${win[@]}" --bins --examples 2>&1 | tee "$log" >&2
 test_exe=$("${cargo[@]}" test "${manifest[@]}" "${win[@]}" --no-run --message-format=json 2>>"$log" |
   sed -n 's/.*"executable":"\([^"]*wine[^"]*\.exe\)".*/\1/p' | tail -n1)
 [ -n "$test_exe" ] || die "cargo did not report the Wine test executable (see $log)"
-if grep -q '^warning: .*\|^warning\[' "$log" && grep -A3 '^warning' "$log" | grep -q -- '--> \(/.*/\)\?crates/'; then
-  die "the Windows build has warnings in our crates (see $log)"
-fi
+warnings_in_our_crates "$log" && die "the Windows build has warnings in our crates (see $log)"
 
 step "ProcessPrng stand-in DLL"
 dll=$CARGO_TARGET_DIR/bcryptprimitives.dll
@@ -82,6 +95,59 @@ mkdir "$WINEPREFIX/scratch"
 CLEANROOM_TEST_SCRATCH="$WINEPREFIX/scratch" CLEANROOM_EXE="$out/cleanroom.exe" CLEANROOM_PAYLOAD="$out/examples/payload.exe" \
   timeout 600 /usr/lib/wine/wine64 "$test_exe" --test-threads=1 ||
   die "the Wine tests failed (or hung for 10 minutes)"
+
+step "the real CLI under Wine"
+# Each check runs cleanroom.exe of crates/cleanroom-cli in a project directory of the prefix's
+# scratch, with a state dir of its own, and compares the status (and JSON) with Linux's.
+cli_state=$WINEPREFIX/scratch/cli-state
+project=$WINEPREFIX/scratch/project
+mkdir -p "$project" "$cli_state"
+cli() { (cd "$project" && timeout 120 /usr/lib/wine/wine64 "$cli_exe" --state-dir "$(winepath_of "$cli_state")" "$@"); }
+winepath_of() { printf 'Z:%s' "$1" | tr / '\\'; }
+expect() { # STATUS WHAT -- ARGS...: the real CLI exits STATUS
+  local want=$1 what=$2 got=0; shift 3
+  cli "$@" >"$TMPDIR/cli/out" 2>"$TMPDIR/cli/err" || got=$?
+  [ "$got" = "$want" ] || { cat "$TMPDIR/cli/err" >&2; die "real CLI: $what: exit $got, expected $want"; }
+}
+leak=(cmd /c 'start /b ping -n 30 127.0.0.1 >NUL & exit 0')
+printf '[run]\non-leak = "fail"\n' >"$project/cleanroom.toml"
+expect 123 "a discovered cleanroom.toml's on-leak = fail" -- run --report report.json "${leak[@]}"
+python3 - "$project/report.json" <<'PY' || die "real CLI: --report does not have the Linux schema's fields"
+import json, sys
+report = json.load(open(sys.argv[1]))
+fields = {"schema", "version", "run_id", "root", "command", "started_unix_ms", "duration_ms",
+          "exit", "containment", "protection", "tmp", "leaks", "killed", "survivors", "cleanup",
+          "kept_root", "gc", "env"}  # docs/report.md
+assert set(report) == fields, set(report) ^ fields
+assert (report["schema"], report["version"]) == ("cleanroom-run-report", 1)
+assert set(report["exit"]) == {"status", "code", "signal", "ending", "interrupt_signal", "timeout_signal"}
+assert report["exit"]["status"] == 123 and report["exit"]["code"] == 0
+assert [set(leak) for leak in report["leaks"]] == [{"pid", "start_time", "command", "found_after_ms"}]
+assert "ping" in report["leaks"][0]["command"]
+assert report["cleanup"]["status"] == "removed" and report["gc"]["format"] == "cleanroom-gc"
+PY
+expect 0 "--no-config leaves the leak a warning" -- run --no-config "${leak[@]}"
+rm "$project/cleanroom.toml" "$project/report.json"
+expect 123 "--on-leak fail" -- run --on-leak fail "${leak[@]}"
+expect 7 "the command's status" -- run cmd /c 'exit 7'
+expect 124 "--timeout" -- run --timeout 1s ping -n 30 127.0.0.1
+expect 0 "--keep-root" -- run --keep-root cmd /c 'exit 0'
+expect 0 "list --json" -- list --json
+python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["format"] == "cleanroom-list" and len(d["entries"]) == 1 and d["entries"][0]["state"] == "kept" and d["locks"] == [], d' \
+  <"$TMPDIR/cli/out" || die "real CLI: list --json does not parse with the Linux schema"
+expect 0 "gc --kept --json" -- gc --kept --json
+python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["format"] == "cleanroom-gc" and d["removed"] == 1, d' \
+  <"$TMPDIR/cli/out" || die "real CLI: gc --json does not parse with the Linux schema"
+for refused in "--protect home" "--net none" "--exclusive db" "--share-tmp C:\\x" "--signal KILL" "--require-protection"; do
+  # shellcheck disable=SC2086 # the option and its value are two words
+  expect 125 "run $refused is refused" -- run $refused cmd /c 'exit 0'
+  grep -q -- "${refused%% *}" "$TMPDIR/cli/err" || die "real CLI: the refusal of $refused does not name it"
+done
+expect 125 "serve" -- serve
+grep -q 'not available on Windows' "$TMPDIR/cli/err" || die "real CLI: serve does not say it is not available"
+expect 0 "completions" -- completions powershell
+expect 0 "man" -- man
+[ -z "$(ls -A "$cli_state")" ] || die "real CLI: the state dir is not empty after the checks"
 
 step "type-check the library for x86_64-apple-darwin"
 "${cargo[@]}" check -p cleanroom --target x86_64-apple-darwin -Zbuild-std=std,panic_abort --locked

@@ -10,6 +10,12 @@
 //! instead would let any local user stop everyone's runs below a shared directory with one
 //! file). A file named with `--config` is the user's own choice and is not checked.
 
+// The trust rule picked once: Linux judges owners and modes along the whole path; Windows, for
+// now, only refuses links (see its module).
+#[cfg(target_os = "linux")]
+mod trust;
+#[cfg(windows)]
+#[path = "config/trust_windows.rs"]
 mod trust;
 
 use std::fs::File;
@@ -19,9 +25,32 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
-use trust::{Distrust, Identity, TRUSTED_CONFIG_VAR};
+use trust::Identity;
 
 use crate::options::RunOptions;
+
+/// The variable through which a run tells the runs nested in it which discovered config it
+/// judged (on Linux `DEV:INO:PATH`, see [`trust`]). Only the user's own runs read it (the
+/// command runs as the user, who could as well name the file with `--config`), and only for
+/// owners a user namespace hides.
+pub const TRUSTED_CONFIG_VAR: &str = "CLEANROOM_TRUSTED_CONFIG";
+
+/// A discovered config file found trusted, open for reading.
+pub struct Trusted {
+    /// The file.
+    pub file: File,
+    /// Its identity, for the runs nested in this one.
+    pub identity: Identity,
+}
+
+/// Why a discovered config file is not used.
+pub enum Distrust {
+    /// Someone other than the user and root could have written it, or something on the way to
+    /// it: it is skipped (with a warning) and discovery goes on.
+    Untrusted(String),
+    /// It cannot be judged or read: the run is refused.
+    Refused(anyhow::Error),
+}
 
 /// Names looked for in each directory, in this order.
 const FILE_NAMES: [&str; 2] = ["cleanroom.toml", ".config/cleanroom.toml"];
@@ -169,7 +198,7 @@ pub fn pass_on(config: Option<&Config>) {
 
 /// The nearest trusted config file at or above `cwd`, opened. A file that fails the trust rule
 /// is skipped (`warn` hears it); two trusted files in one directory are an error.
-fn discover(cwd: &Path, warn: &mut dyn FnMut(&str)) -> Result<Option<(PathBuf, trust::Trusted)>> {
+fn discover(cwd: &Path, warn: &mut dyn FnMut(&str)) -> Result<Option<(PathBuf, Trusted)>> {
     for dir in cwd.ancestors() {
         let mut trusted = Vec::new();
         for path in FILE_NAMES.iter().map(|name| dir.join(name)) {

@@ -8,16 +8,25 @@
 
 mod completions;
 mod config;
-mod doctor;
 mod gc;
 mod man;
 mod options;
 mod run;
-mod serve;
 #[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
 mod start;
 
-use std::path::{Path, PathBuf};
+// `doctor` and `serve` probe and serve with what only Linux has (Landlock, cgroups, the
+// exec-server); elsewhere they keep their options and say what is missing (exit 125).
+#[cfg(target_os = "linux")]
+mod doctor;
+#[cfg(target_os = "linux")]
+mod serve;
+#[cfg(not(target_os = "linux"))]
+mod unavailable;
+#[cfg(not(target_os = "linux"))]
+use unavailable::{doctor, serve};
+
+use std::path::PathBuf;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use cleanroom::exit::{EXIT_NO_SUBCOMMAND, EXIT_OWN_FAILURE};
@@ -67,18 +76,26 @@ impl Global {
 /// so a link among them (`/home` -> `/data/home`) would fail every protected run. The last
 /// component stays as given, so a state dir that is itself a link is still refused, and a
 /// parent that cannot be resolved leaves the path as it was for the namespace to judge.
+#[cfg(unix)]
 fn with_real_parent(path: PathBuf) -> PathBuf {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return path;
     };
     let parent = match parent.as_os_str().is_empty() {
-        true => Path::new("."),
+        true => std::path::Path::new("."),
         false => parent,
     };
     match std::fs::canonicalize(parent) {
         Ok(real) => real.join(name),
         Err(_) => path,
     }
+}
+
+/// `path` as given: Windows runs bind nothing into a mount namespace, and resolving the
+/// parent there would turn every path shown into a `\\?\` path.
+#[cfg(windows)]
+fn with_real_parent(path: PathBuf) -> PathBuf {
+    path
 }
 
 #[derive(Subcommand, Debug)]

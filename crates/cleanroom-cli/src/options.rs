@@ -9,6 +9,17 @@
 //! variable). A list given by a higher layer replaces the lower layer's list; a switch such as
 //! `--drop-secrets` can only be turned on by any layer. `--keep-root` is a value (`never` from a
 //! higher layer turns a lower layer's `always` off).
+//!
+//! Every platform reads the same options; the options only Linux has a backend for (signals,
+//! protection, network isolation, exclusive locks, private /tmp) are applied, or refused with a
+//! line that names them, by the platform's one private `os` child: never silently ignored.
+
+#[cfg(target_os = "linux")]
+#[path = "options/linux.rs"]
+mod os;
+#[cfg(windows)]
+#[path = "options/windows.rs"]
+mod os;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -17,8 +28,6 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use cleanroom::contain::ContainMode;
-use cleanroom::lock::LockScope;
-use cleanroom::protect::{NetMode, ProtectMode};
 use cleanroom::run::{KeepRoot, LeakPolicy, RunBuilder};
 use serde::Deserialize;
 
@@ -74,14 +83,14 @@ impl FromStr for LimitArg {
 }
 
 /// `--signal SIG`: a signal name or number, as kill(1) takes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SignalArg(pub rustix::process::Signal);
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalArg(pub os::Signal);
 
 impl FromStr for SignalArg {
     type Err = String;
 
     fn from_str(text: &str) -> Result<SignalArg, String> {
-        cleanroom::run::parse_signal(text).map(SignalArg)
+        os::parse_signal(text).map(SignalArg)
     }
 }
 
@@ -420,9 +429,10 @@ fn set<T>(
 
 impl RunOptions {
     /// Sets on `builder` every option this layer gives; the rest keeps the lower layers' values.
-    pub fn apply(self, mut b: RunBuilder) -> RunBuilder {
+    /// An option this platform has no backend for is an error that names it.
+    pub fn apply(mut self, b: RunBuilder) -> anyhow::Result<RunBuilder> {
+        let mut b = os::apply(&mut self, b)?;
         b = set(b, self.timeout.map(|l| l.0), RunBuilder::timeout);
-        b = set(b, self.signal.map(|s| s.0), RunBuilder::timeout_signal);
         b = set(b, self.grace.map(|d| d.0), RunBuilder::grace);
         b = set(b, self.leak_grace.map(|d| d.0), RunBuilder::leak_grace);
         b = set(b, self.on_leak.map(LeakPolicy::from), RunBuilder::on_leak);
@@ -438,15 +448,6 @@ impl RunOptions {
         let pins = self.pin.map(|pins| pins.into_iter().map(|p| p.0));
         b = set(b, pins, RunBuilder::pins);
         b = set(b, self.contain.map(ContainMode::from), RunBuilder::contain);
-        b = set(b, self.protect.map(ProtectMode::from), RunBuilder::protect);
-        b = set(b, self.protect_path, RunBuilder::protect_paths);
-        b = set(b, self.allow_write, RunBuilder::allow_write);
-        b = set(b, self.net.map(NetMode::from), RunBuilder::net);
-        b = set(
-            b,
-            self.require_protection.then_some(true),
-            RunBuilder::require_protection,
-        );
         b = set(
             b,
             self.drop_secrets.then_some(true),
@@ -455,20 +456,7 @@ impl RunOptions {
         b = set(b, self.keep_env, RunBuilder::keep_env);
         b = set(b, self.pure_home.then_some(true), RunBuilder::pure_home);
         b = set(b, self.pass_netrc.then_some(true), RunBuilder::pass_netrc);
-        b = set(b, self.exclusive, RunBuilder::exclusive);
-        b = set(
-            b,
-            self.lock_timeout.map(|d| Some(d.0)),
-            RunBuilder::lock_timeout,
-        );
-        b = set(
-            b,
-            self.lock_scope.map(LockScope::from),
-            RunBuilder::lock_scope,
-        );
-        b = set(b, self.share_tmp, RunBuilder::share_tmp);
-        b = set(b, self.host_tmp.then_some(false), RunBuilder::private_tmp);
-        b
+        Ok(b)
     }
 
     /// Makes relative paths relative to `base` (a config file's directory) instead of the
@@ -516,34 +504,6 @@ impl From<ContainArg> for ContainMode {
             ContainArg::Auto => ContainMode::Auto,
             ContainArg::Cgroup => ContainMode::Cgroup,
             ContainArg::Session => ContainMode::Session,
-        }
-    }
-}
-
-impl From<ProtectArg> for ProtectMode {
-    fn from(arg: ProtectArg) -> ProtectMode {
-        match arg {
-            ProtectArg::Off => ProtectMode::Off,
-            ProtectArg::Home => ProtectMode::Home,
-            ProtectArg::Strict => ProtectMode::Strict,
-        }
-    }
-}
-
-impl From<NetArg> for NetMode {
-    fn from(arg: NetArg) -> NetMode {
-        match arg {
-            NetArg::Host => NetMode::Host,
-            NetArg::None => NetMode::None,
-        }
-    }
-}
-
-impl From<LockScopeArg> for LockScope {
-    fn from(arg: LockScopeArg) -> LockScope {
-        match arg {
-            LockScopeArg::User => LockScope::User,
-            LockScopeArg::Machine => LockScope::Machine,
         }
     }
 }

@@ -1,6 +1,17 @@
 //! `cleanroom run`: where its options come from (see `options` for their precedence and
 //! `config` for the file), what is checked before anything starts, the one-line messages on
 //! stderr, and the JSON report file. The lifecycle itself is `cleanroom::run`.
+//!
+//! What differs by platform (the access check of `--report`, the paths only Linux's protection
+//! reads, the hint about a refused write, exit statuses wider than a byte on Windows) is the
+//! one private `os` child picked here.
+
+#[cfg(target_os = "linux")]
+#[path = "run/linux.rs"]
+mod os;
+#[cfg(windows)]
+#[path = "run/windows.rs"]
+mod os;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -9,7 +20,6 @@ use anyhow::{anyhow, bail, Context as _};
 use cleanroom::remove::RemovalStatus;
 use cleanroom::report::{Ending, RunReport};
 use cleanroom::run::{self, Event, KeepRoot, RunBuilder, RunConfig};
-use rustix::fs::{Access, AtFlags, CWD};
 
 use crate::config::{self, Source};
 use crate::options::{KeepRootArg, RunOptions};
@@ -91,9 +101,11 @@ impl RunArgs {
         config::pass_on(file.as_ref());
         if let Some(file) = &file {
             tracing::info!("config: {}", file.path.display());
-            builder = name_file_paths(file.run.clone().apply(builder), &self.options, file);
+            let applied = file.run.clone().apply(builder);
+            let applied = applied.with_context(|| file.path.display().to_string())?;
+            builder = name_file_paths(applied, &self.options, file);
         }
-        let config = self.options.clone().apply(builder).build()?;
+        let config = self.options.clone().apply(builder)?.build()?;
         if let Some(origin) = unused_keep_root_count(&self.options, file.as_ref(), &config) {
             say!(
                 "cleanroom: warning: {origin} has no effect: only roots kept on failure \
@@ -133,7 +145,7 @@ fn name_file_paths(
             continue;
         };
         for (index, path) in paths.iter().enumerate() {
-            builder = builder.path_origin(path, format!("{} =", file.origin(key, index)));
+            builder = os::path_origin(builder, path, format!("{} =", file.origin(key, index)));
         }
     }
     builder
@@ -167,26 +179,21 @@ fn check_report_path(path: &Path) -> anyhow::Result<()> {
              open descriptor"
         );
     }
-    let may = |p: &Path, access: Access| {
-        rustix::fs::accessat(CWD, p, access, AtFlags::EACCESS).map_err(std::io::Error::from)
-    };
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => bail!("--report {shown}: is a directory"),
-        Ok(_) => may(path, Access::WRITE_OK)
-            .map_err(|e| anyhow!("--report {shown}: cannot write it: {e}")),
+        Ok(_) => os::may_write(path).map_err(|e| anyhow!("--report {shown}: cannot write it: {e}")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let parent = match path.parent() {
                 Some(p) if !p.as_os_str().is_empty() => p,
                 _ => Path::new("."),
             };
             match std::fs::metadata(parent) {
-                Ok(meta) if meta.is_dir() => may(parent, Access::WRITE_OK | Access::EXEC_OK)
-                    .map_err(|e| {
-                        anyhow!(
-                            "--report {shown}: cannot create files in {}: {e}",
-                            parent.display()
-                        )
-                    }),
+                Ok(meta) if meta.is_dir() => os::may_create_in(parent).map_err(|e| {
+                    anyhow!(
+                        "--report {shown}: cannot create files in {}: {e}",
+                        parent.display()
+                    )
+                }),
                 Ok(_) => bail!("--report {shown}: {} is not a directory", parent.display()),
                 Err(e) => bail!("--report {shown}: directory {}: {e}", parent.display()),
             }
@@ -220,8 +227,7 @@ pub fn main(args: RunArgs, global: &Global) -> u8 {
             return cleanroom::exit::EXIT_OWN_FAILURE;
         }
     }
-    // 0–255 on Unix: the command's status, 128+N, or one of cleanroom's own.
-    u8::try_from(report.exit.status).unwrap_or(cleanroom::exit::EXIT_OWN_FAILURE)
+    os::exit_status(report.exit.status)
 }
 
 /// Leaked processes named one per line before the rest is summed up (a fork loop leaks thousands).
@@ -308,49 +314,7 @@ fn print_summary(report: &RunReport, config: &RunConfig, quiet: bool) {
             notes.join("; ")
         );
     }
-    if let Some(hint) = denied_write_hint(report).filter(|_| !quiet) {
+    if let Some(hint) = os::denied_write_hint(report).filter(|_| !quiet) {
         say!("cleanroom: hint: {hint}");
     }
-}
-
-/// When the command failed (exited non-zero) under a protection the kernel enforced, a write it
-/// needed may have been refused, and the command's own message ("Permission denied", "check
-/// the permissions") does not say by whom: the line names the protection and the option that
-/// allows a path. cleanroom cannot see the refusal itself (Landlock reports denials only
-/// through the audit log, which needs the audit subsystem enabled and CAP_AUDIT_READ), so it
-/// says "may".
-fn denied_write_hint(report: &RunReport) -> Option<String> {
-    use cleanroom::protect::{Enforcement, ProtectMode};
-    let protection = report.protection.as_ref()?;
-    let code = report.exit.code.filter(|&code| code != 0)?;
-    if report.exit.ending != Ending::Exited || protection.enforcement == Enforcement::None {
-        return None;
-    }
-    let refused = match protection.mode {
-        ProtectMode::Off => return None,
-        ProtectMode::Home => {
-            let homes: Vec<String> = protection
-                .homes
-                .iter()
-                .map(|home| home.path.display().to_string())
-                .collect();
-            match homes.is_empty() {
-                true => "writes to read-only paths are refused".to_string(),
-                false => format!(
-                    "writes into {} (outside the project and the caches) and other read-only \
-                     paths are refused",
-                    homes.join(", ")
-                ),
-            }
-        }
-        ProtectMode::Strict => "only the run's root, the working directory and --allow-write \
-                                paths are writable"
-            .to_string(),
-    };
-    Some(format!(
-        "the command exited {code} under --protect {}: {refused}; if it failed on a write it \
-         needed, allow that path with --allow-write PATH (or use --protect off); -v lists every \
-         rule",
-        protection.mode
-    ))
 }

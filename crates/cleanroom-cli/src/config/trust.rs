@@ -31,22 +31,11 @@ use anyhow::anyhow;
 use cleanroom::trust::{self, Owner, Owners};
 use rustix::fs::{FileType, Mode, OFlags, Stat};
 
-/// The variable through which a run tells the runs nested in it which discovered config it
-/// judged: `DEV:INO:PATH`. Only the user's own runs read it (the command runs as the user, who
-/// could as well name the file with `--config`), and only for owners a user namespace hides.
-pub const TRUSTED_CONFIG_VAR: &str = "CLEANROOM_TRUSTED_CONFIG";
+use super::{Distrust, Trusted, TRUSTED_CONFIG_VAR};
 
 /// Symbolic links followed on the way to a config file before it is refused (as the kernel's
 /// `ELOOP` limit).
 const MAX_LINKS: usize = 40;
-
-/// A discovered config file found trusted, open for reading.
-pub struct Trusted {
-    /// The file.
-    pub file: File,
-    /// Its identity, for the runs nested in this one.
-    pub identity: Identity,
-}
 
 /// A file's device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,15 +67,6 @@ impl Identity {
         let (dev, ino) = (number(parts.next())?, number(parts.next())?);
         (parts.next()? == path.as_os_str().as_bytes()).then_some(Identity { dev, ino })
     }
-}
-
-/// Why a discovered config file is not used.
-pub enum Distrust {
-    /// Someone other than the user and root could have written it, or something on the way to
-    /// it: it is skipped (with a warning) and discovery goes on.
-    Untrusted(String),
-    /// It cannot be judged or read: the run is refused.
-    Refused(anyhow::Error),
 }
 
 /// Opens the discovered config `path` if the trust rule holds (see the module documentation).

@@ -1,0 +1,77 @@
+//! `cleanroom run` on Linux: `--report`'s access check by the effective ids (`faccessat`), the
+//! config file's paths named for protection's messages, the hint after a write protection may
+//! have refused, and exit statuses of one byte.
+
+use std::path::Path;
+
+use cleanroom::report::{Ending, RunReport};
+use cleanroom::run::RunBuilder;
+use rustix::fs::{Access, AtFlags, CWD};
+
+/// Whether this process may write the existing file `path`.
+pub fn may_write(path: &Path) -> std::io::Result<()> {
+    access(path, Access::WRITE_OK)
+}
+
+/// Whether this process may create a file in the directory `dir`.
+pub fn may_create_in(dir: &Path) -> std::io::Result<()> {
+    access(dir, Access::WRITE_OK | Access::EXEC_OK)
+}
+
+fn access(path: &Path, access: Access) -> std::io::Result<()> {
+    rustix::fs::accessat(CWD, path, access, AtFlags::EACCESS).map_err(std::io::Error::from)
+}
+
+/// The exit status of the runner: 0–255 on Unix (the command's status, 128+N, or one of
+/// cleanroom's own).
+pub fn exit_status(status: i32) -> u8 {
+    u8::try_from(status).unwrap_or(cleanroom::exit::EXIT_OWN_FAILURE)
+}
+
+/// Names `path` by where it was given (`FILE:LINE: run.KEY[INDEX] =`) for protection's
+/// messages about it.
+pub fn path_origin(builder: RunBuilder, path: &Path, origin: String) -> RunBuilder {
+    builder.path_origin(path, origin)
+}
+
+/// When the command failed (exited non-zero) under a protection the kernel enforced, a write it
+/// needed may have been refused, and the command's own message ("Permission denied", "check
+/// the permissions") does not say by whom: the line names the protection and the option that
+/// allows a path. cleanroom cannot see the refusal itself (Landlock reports denials only
+/// through the audit log, which needs the audit subsystem enabled and CAP_AUDIT_READ), so it
+/// says "may".
+pub fn denied_write_hint(report: &RunReport) -> Option<String> {
+    use cleanroom::protect::{Enforcement, ProtectMode};
+    let protection = report.protection.as_ref()?;
+    let code = report.exit.code.filter(|&code| code != 0)?;
+    if report.exit.ending != Ending::Exited || protection.enforcement == Enforcement::None {
+        return None;
+    }
+    let refused = match protection.mode {
+        ProtectMode::Off => return None,
+        ProtectMode::Home => {
+            let homes: Vec<String> = protection
+                .homes
+                .iter()
+                .map(|home| home.path.display().to_string())
+                .collect();
+            match homes.is_empty() {
+                true => "writes to read-only paths are refused".to_string(),
+                false => format!(
+                    "writes into {} (outside the project and the caches) and other read-only \
+                     paths are refused",
+                    homes.join(", ")
+                ),
+            }
+        }
+        ProtectMode::Strict => "only the run's root, the working directory and --allow-write \
+                                paths are writable"
+            .to_string(),
+    };
+    Some(format!(
+        "the command exited {code} under --protect {}: {refused}; if it failed on a write it \
+         needed, allow that path with --allow-write PATH (or use --protect off); -v lists every \
+         rule",
+        protection.mode
+    ))
+}
