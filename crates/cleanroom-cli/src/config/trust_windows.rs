@@ -1,11 +1,11 @@
-//! The trust rule for a discovered config file on Windows, as far as it goes today: the file
-//! must be a plain file, not a link or other reparse point (which could name a file anywhere).
-//! Who could have written it (the owners and ACLs of the file and the directories above it,
-//! which Linux judges by uid and mode, `trust.rs`) is not judged yet: docs/windows.md says so,
-//! and `--no-config` or `--config FILE` choose the file explicitly.
+//! The trust rule for a discovered config file on Windows, as far as it goes today: none is
+//! used. Linux judges who could have written the file and every directory above it (uid and
+//! mode, `trust.rs`); Windows would judge owners and ACLs, which is not built yet, and a
+//! discovered file could be one another user planted (any user may make a folder at a drive's
+//! root, such as `C:\.config`). So a discovered `cleanroom.toml` is named in a warning and
+//! skipped; `--config FILE` uses it (the user chose it), `--no-config` silences the search.
 
 use std::ffi::OsString;
-use std::fs::File;
 use std::os::windows::fs::MetadataExt;
 use std::path::Path;
 
@@ -44,9 +44,8 @@ pub fn open(path: &Path) -> Result<Trusted, Distrust> {
     if !meta.is_file() {
         return Err(Distrust::Untrusted("it is not a plain file".into()));
     }
-    let file = File::open(path).map_err(cannot)?;
-    Ok(Trusted {
-        file,
-        identity: Identity,
-    })
+    Err(Distrust::Untrusted(
+        "who could have written it (its owner and ACLs, and those of the folders above it) is          not checked on Windows yet; name it with --config FILE to use it"
+            .into(),
+    ))
 }
