@@ -121,7 +121,7 @@ fn trim_allocator() {
 /// Makes the server not dumpable: its `/proc/<pid>` entries (environment, memory, descriptors)
 /// then need `CAP_SYS_PTRACE` (or `CAP_PERFMON`) to read, which no process it starts under a
 /// policy keeps
-/// ([`crate::policy::keep_out_of_the_server`]), and no core dump holds its secrets. After the
+/// ([`crate::sys::hook::keep_out_of_the_server`]), and no core dump holds its secrets. After the
 /// environment is set up: its namespace holder, forked before, is opened through `/proc`.
 fn not_dumpable() {
     use rustix::process::{set_dumpable_behavior, DumpableBehavior};
@@ -143,7 +143,7 @@ pub fn run(config: Config, ready: impl FnOnce(&str)) -> Result<(), Error> {
     }
     unblock_signals()?;
     raise_descriptor_limit();
-    crate::policy::lower_inheritable().map_err(|e| {
+    crate::sys::hook::lower_inheritable().map_err(|e| {
         Error::Config(format!(
             "cannot take the capabilities processes must not get out of the server's \
              inheritable set: {e}"

@@ -128,7 +128,7 @@ pub async fn view(binder: Sandbox, reaper: Reaper, handles: &Handles) -> Result<
 /// Forks a child that applies `sandbox` and does `errand` ([`crate::sys::fork`]); the child's
 /// pid, owned by this module (the orphan reaper leaves it alone until released).
 fn fork_confined(sandbox: &Sandbox, reaper: &Reaper, errand: Errand<'_>) -> Result<i32, RpcError> {
-    let hook = sandbox.child_hook();
+    let hook = crate::sys::hook::ChildHook::applying(sandbox);
     let mut guard = reaper.spawning();
     let pid = crate::sys::fork::fork_confined(hook.as_ref(), errand)
         .map_err(|e| RpcError::internal(format!("cannot fork for the filesystem call: {e}")))?;

@@ -18,7 +18,6 @@
 
 pub(crate) mod glob;
 
-use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,6 +26,7 @@ use cleanroom::protect::{Access, Narrowing, Network, Policy, Protection, Sandbox
 use serde_json::Value;
 
 use crate::protocol::{Params, RpcError};
+use crate::sys::hook::ChildHook;
 use crate::uri::parse_file_uri;
 
 /// Names kept read-only inside every writable root unless an entry names them.
@@ -163,75 +163,18 @@ impl Confinement {
     /// The hook applying this confinement in the child (see [`Sandbox::child_hook`]): the
     /// managed policy, inside the environment's namespaces (its private `/dev/shm`, not the
     /// host's: see [`Sandbox::within`]), else the environment's `protection`; then the process
-    /// drops what would let it read the server's memory ([`keep_out_of_the_server`]).
+    /// drops what would let it read the server's memory
+    /// ([`crate::sys::hook::keep_out_of_the_server`]).
     pub fn child_hook(&self, protection: &Protection) -> Option<ChildHook> {
         match (&self.managed, protection.sandbox()) {
             (Some(sandbox), Some(environment)) => {
-                sandbox.within(environment).child_hook().map(isolated)
+                ChildHook::confining(&sandbox.within(environment))
             }
-            (Some(sandbox), None) => sandbox.child_hook().map(isolated),
-            (None, _) => protection.child_hook().map(isolated),
+            (Some(sandbox), None) => ChildHook::confining(sandbox),
+            (None, environment) => environment.and_then(ChildHook::confining),
         }
     }
 }
-
-/// `hook`, then [`keep_out_of_the_server`].
-fn isolated(hook: impl Fn() -> io::Result<()> + Send + Sync + 'static) -> ChildHook {
-    Box::new(move || {
-        hook()?;
-        keep_out_of_the_server()
-    })
-}
-
-/// The capabilities that let a process get past the server's walls: `CAP_SYS_PTRACE`, and
-/// `CAP_PERFMON` and `CAP_SYS_ADMIN` (either lets it read `/proc/<pid>/environ`, `maps` and
-/// `auxv` of a process of its user without a ptrace check), and `CAP_DAC_READ_SEARCH`
-/// (`open_by_handle_at` opens a file by its handle through any mount of its filesystem, where
-/// Landlock judges it at that mount, past the read-only rules and mounts of its real path).
-fn escaping_capabilities() -> rustix::thread::CapabilitySet {
-    use rustix::thread::CapabilitySet;
-    CapabilitySet::SYS_PTRACE
-        | CapabilitySet::PERFMON
-        | CapabilitySet::SYS_ADMIN
-        | CapabilitySet::DAC_READ_SEARCH
-}
-
-/// Drops [`escaping_capabilities`] from the calling process's bounding and inheritable sets.
-/// The bounding set limits neither the inheritable set, which a process running as uid 0
-/// carries into its permitted set at exec, nor the ambient set, which any process keeps across
-/// exec (a server started with `AmbientCapabilities=`); taking them out of the inheritable set
-/// takes them out of the ambient set too. Async-signal-safe: `prctl`, `capget` and `capset`
-/// only. The server is not dumpable, so without them a process it starts, even one running as
-/// uid 0, cannot read the server's environment, memory or descriptors through `/proc/<server>`
-/// (Landlock's ptrace scoping does not refuse it when the server itself runs inside a Landlock
-/// domain that the process's is nested in). Only a process running as uid 0 fails on a refusal
-/// of the bounding set: an ordinary user's command has none to drop.
-pub fn keep_out_of_the_server() -> io::Result<()> {
-    use rustix::thread::remove_capability_from_bounding_set;
-    for capability in escaping_capabilities().iter() {
-        match remove_capability_from_bounding_set(capability) {
-            Err(e) if rustix::process::geteuid().is_root() => return Err(e.into()),
-            _ => {}
-        }
-    }
-    lower_inheritable()
-}
-
-/// Takes [`escaping_capabilities`] out of the calling thread's inheritable (and so ambient)
-/// set, leaving its own effective and permitted sets as they are. The server does it once at
-/// start, before its threads exist, so that nothing it ever executes inherits them.
-pub fn lower_inheritable() -> io::Result<()> {
-    use rustix::thread::{capabilities, set_capabilities};
-    let mut sets = capabilities(None)?;
-    if sets.inheritable.intersects(escaping_capabilities()) {
-        sets.inheritable.remove(escaping_capabilities());
-        set_capabilities(None, sets)?;
-    }
-    Ok(())
-}
-
-/// An async-signal-safe function run in the child before exec.
-pub type ChildHook = Box<dyn Fn() -> io::Result<()> + Send + Sync + 'static>;
 
 /// The sandbox an `fs/*` call runs under on `target` ([`Target::Thread`] or [`Target::Child`]):
 /// its `sandbox` argument intersected with the environment's rules, or the environment's rules

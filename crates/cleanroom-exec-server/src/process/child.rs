@@ -589,7 +589,7 @@ fn launch_on_terminal(
     spec: &Spec,
     placement: Placement<'_>,
     scope: &Scope,
-    hook: Option<crate::policy::ChildHook>,
+    hook: Option<crate::sys::hook::ChildHook>,
     reaper: &Reaper,
 ) -> Result<Launched, RpcError> {
     let mut command = tokio::process::Command::new(OsStr::from_bytes(spec.argv[0].as_bytes()));
@@ -650,7 +650,7 @@ fn launch_on_pipes(
     spec: &Spec,
     placement: Placement<'_>,
     scope: &Scope,
-    hook: Option<&crate::policy::ChildHook>,
+    hook: Option<&crate::sys::hook::ChildHook>,
     reaper: &Reaper,
 ) -> Result<Launched, RpcError> {
     let io_error =

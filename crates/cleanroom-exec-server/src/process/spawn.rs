@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-use crate::policy::ChildHook;
+use crate::sys::hook::ChildHook;
 use crate::sys::spawn::{Image, Setup};
 
 /// The limit on open descriptors every started process gets back, when the server raised its
@@ -336,8 +336,10 @@ mod tests {
     }
 
     #[tokio::test]
+    #[allow(unsafe_code)]
     async fn a_failing_hook_fails_the_spawn_with_its_errno() {
-        let hook: ChildHook = Box::new(|| Err(io::Error::from_raw_os_error(libc::EPERM)));
+        // SAFETY: the hook makes an error of a code: no allocation, no lock.
+        let hook = unsafe { ChildHook::from_fn(|| Err(io::Error::from_raw_os_error(libc::EPERM))) };
         let result = run(&["true"], Path::new("/"), &[PATH], Some(&hook)).await;
         assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::EPERM));
     }
@@ -345,16 +347,20 @@ mod tests {
     /// The mechanism itself: the child runs in the server's memory (no fork, no copy), which a
     /// hook's store shows the parent.
     #[tokio::test]
+    #[allow(unsafe_code)]
     async fn the_child_shares_the_servers_memory_until_exec() {
         static SEEN: AtomicI32 = AtomicI32::new(0);
-        let hook: ChildHook = Box::new(|| {
-            // rustix's getpid is the raw system call: async-signal-safe, and the child's own pid.
-            SEEN.store(
-                rustix::process::getpid().as_raw_nonzero().get(),
-                Ordering::SeqCst,
-            );
-            Ok(())
-        });
+        // SAFETY: rustix's getpid is the raw system call, and an atomic store takes no lock:
+        // async-signal-safe.
+        let hook = unsafe {
+            ChildHook::from_fn(|| {
+                SEEN.store(
+                    rustix::process::getpid().as_raw_nonzero().get(),
+                    Ordering::SeqCst,
+                );
+                Ok(())
+            })
+        };
         let (status, _) = run(&["true"], Path::new("/"), &[PATH], Some(&hook))
             .await
             .unwrap();

@@ -6,7 +6,7 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use crate::policy::ChildHook;
+use super::hook::ChildHook;
 
 /// Makes the child a session leader with its stdin (a terminal's slave) as its controlling
 /// terminal.
@@ -36,9 +36,9 @@ pub fn set_descriptor_limit_on_exec(command: &mut Command, limit: libc::rlimit) 
 
 /// Makes the child run `hook` (a policy's confinement), after the hooks registered before it.
 pub fn run_hook_on_exec(command: &mut Command, hook: ChildHook) {
-    // SAFETY: a `ChildHook` is async-signal-safe by its contract (see the type): the hook makes
-    // only raw, async-signal-safe system calls on data captured before the fork.
+    // SAFETY: a `ChildHook` is async-signal-safe (`sys::hook` builds it from a sandbox's hook
+    // and the capability drops only): raw system calls on data captured before the fork.
     unsafe {
-        command.pre_exec(hook);
+        command.pre_exec(move || hook.run());
     }
 }

@@ -2,7 +2,7 @@
 //! call's sandbox hook, does one [`Errand`] and ends; [`wait`] reaps it.
 //!
 //! Invariant: a child forked from the multi-threaded server runs nothing but what this module
-//! lists: `chdir`, the sandbox hook (async-signal-safe by contract), and its errand's raw system
+//! lists: `chdir`, the sandbox hook (async-signal-safe: a [`ChildHook`]), and its errand's raw system
 //! calls on data prepared before the fork (a plan's steps, a report `write`; or two `open`s and
 //! a `sendmsg`), then `_exit`. Nothing allocates, locks or panics there.
 
@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use cleanroom::protect::view::{send_failure, send_own, View};
 
 use super::exit_now;
+use super::hook::ChildHook;
 use crate::fs::mutate::Plan;
 
 /// The step a child reports when it carried out the whole plan.
@@ -41,10 +42,7 @@ pub enum Errand<'a> {
 /// works in `/`, not in the server's working directory: it names absolute paths only, and the
 /// hook re-enters its working directory after its mounts, where the call's policy may hide the
 /// server's (a project it gives no access: the directory is gone there).
-pub fn fork_confined<F>(hook: Option<&F>, errand: Errand<'_>) -> io::Result<i32>
-where
-    F: Fn() -> io::Result<()> + ?Sized,
-{
+pub fn fork_confined(hook: Option<&ChildHook>, errand: Errand<'_>) -> io::Result<i32> {
     // SAFETY: the child only runs chdir, the sandbox hook (async-signal-safe by contract) and
     // its errand (raw system calls on data prepared before the fork, then `_exit`), as the
     // module's invariant lists.
@@ -55,7 +53,10 @@ where
             0 => Ok(()),
             _ => Err(io::Error::last_os_error()),
         };
-        run_errand(errand, rooted.and_then(|()| hook.map_or(Ok(()), |h| h())));
+        run_errand(
+            errand,
+            rooted.and_then(|()| hook.map_or(Ok(()), ChildHook::run)),
+        );
     }
     if pid < 0 {
         return Err(io::Error::last_os_error());

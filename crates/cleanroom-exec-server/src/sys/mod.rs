@@ -8,6 +8,8 @@
 //!   steps up to exec, and the pidfd wait;
 //! - [`fork`]: the children forked for `fs/*` calls (what such a child may do is listed there);
 //! - [`exec`]: hooks a forked `Command` runs between fork and exec;
+//! - [`hook`]: the only code of other crates a child runs before exec (the library's sandbox
+//!   hooks), and the capability drops that keep a command out of the server;
 //! - [`reactor`]: descriptors registered with tokio's reactor;
 //! - here: the signal mask and glibc's allocator.
 //!
@@ -18,6 +20,7 @@
 
 pub mod exec;
 pub mod fork;
+pub mod hook;
 pub mod reactor;
 pub mod spawn;
 

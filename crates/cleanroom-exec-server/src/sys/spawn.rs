@@ -29,8 +29,8 @@ use std::sync::{Mutex, PoisonError};
 
 use cleanroom::contain::{CloneArgs, CLONE_INTO_CGROUP};
 
+use super::hook::ChildHook;
 use super::{errno, set_signal_mask};
-use crate::policy::ChildHook;
 
 /// Held from the clone until the child has executed or failed.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -334,7 +334,7 @@ unsafe fn run_child(image: &mut Image, setup: &Setup<'_>, join_cgroup: bool) -> 
         }
     }
     if let Some(hook) = setup.hook {
-        if let Err(e) = hook() {
+        if let Err(e) = hook.run() {
             return e.raw_os_error().unwrap_or(libc::EINVAL);
         }
     }

@@ -266,7 +266,9 @@ impl Container {
             }
             if let Ok(Some((_, status))) = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG)
             {
-                if Some(child) == self.main {
+                // The first status of the main pid is the command's: once it was reaped, its pid
+                // is free for reuse by a process of the run, whose end must not replace it.
+                if Some(child) == self.main && self.main_status.is_none() {
                     self.main_status = Some(status.as_raw());
                 }
             }
