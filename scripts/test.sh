@@ -97,7 +97,9 @@ export CLEANROOM_TEST_SKIP_LOG=$skip_log
 windows_log=$scratch/windows.log
 setsid scripts/windows.sh >"$windows_log" 2>&1 &
 windows_pid=$!
-trap '[ -z "$windows_pid" ] || kill -- "-$windows_pid" 2>/dev/null; wait 2>/dev/null; chmod -R u+rwx "$scratch" 2>/dev/null; rm -rf "$scratch"' EXIT
+# (`|| true`: under `set -e` a failed kill, the Windows phase having ended already, would end the
+# trap before the removal.)
+trap '[ -z "$windows_pid" ] || kill -- "-$windows_pid" 2>/dev/null || true; wait 2>/dev/null; chmod -R u+rwx "$scratch" 2>/dev/null; rm -rf "$scratch"' EXIT
 phase "tests"
 cargo test --workspace --locked
 

@@ -18,7 +18,8 @@
 #![deny(missing_docs)]
 #![cfg(any(target_os = "linux", target_os = "macos", windows))]
 
-// Platform-neutral parts, and `sys`: the FFI helpers shared by one platform's files.
+// Parts on every platform (`contain`, `process`, `marker`, `namespace`, `root`, `remove` and
+// `env` pick their platform code inside), and `sys`: the FFI helpers of one platform's files.
 pub mod contain;
 pub mod duration;
 pub mod env;
@@ -34,9 +35,9 @@ pub mod secrets;
 mod sys;
 pub mod text;
 
-// Each platform-bound part is one module with the same public path on every platform; the
-// file behind it is picked here, once (Windows: docs/windows.md; macOS, type-checked only:
-// docs/macos.md).
+// Each platform-bound part is one module with the same public path on every platform, its
+// platform code a private `os` child picked once in its `mod.rs` (Windows: docs/windows.md).
+// These three do not build on macOS yet (type-checked only: docs/macos.md).
 #[cfg(any(target_os = "linux", windows))]
 pub mod reclaim;
 #[cfg(any(target_os = "linux", windows))]
