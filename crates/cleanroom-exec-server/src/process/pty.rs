@@ -14,13 +14,14 @@ use std::process::Stdio;
 use rustix::fs::{Mode, OFlags};
 use rustix::pty::OpenptFlags;
 use rustix::termios::Winsize;
-use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
+
+use crate::sys::reactor::Registered;
 
 /// The master side of a terminal, registered with the reactor.
 #[derive(Debug)]
 pub struct Master {
-    fd: AsyncFd<OwnedFd>,
+    fd: Registered<OwnedFd>,
     /// The slave's path (`/dev/pts/N`), which is what holders' `/proc/<pid>/fd` links show.
     slave: PathBuf,
 }

@@ -22,10 +22,10 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::{Arc, OnceLock};
 
-use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 use crate::sys::hook::ChildHook;
+use crate::sys::reactor::Registered;
 use crate::sys::spawn::{Image, Setup};
 
 /// The limit on open descriptors every started process gets back, when the server raised its
@@ -142,7 +142,7 @@ fn cstring(bytes: &[u8]) -> io::Result<CString> {
 
 /// The exit of a started process, read through its pidfd (which reaps it).
 pub struct Exit {
-    pidfd: Option<AsyncFd<Arc<OwnedFd>>>,
+    pidfd: Option<Registered<Arc<OwnedFd>>>,
 }
 
 impl Exit {
@@ -163,7 +163,7 @@ impl Exit {
     }
 }
 
-async fn wait_on(pidfd: &AsyncFd<Arc<OwnedFd>>) -> io::Result<ExitStatus> {
+async fn wait_on(pidfd: &Registered<Arc<OwnedFd>>) -> io::Result<ExitStatus> {
     loop {
         let mut ready = pidfd.readable().await?;
         match crate::sys::spawn::wait_exit(pidfd.get_ref(), true)? {

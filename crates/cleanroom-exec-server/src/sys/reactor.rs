@@ -25,9 +25,26 @@ mod private {
     impl Sealed for std::os::fd::BorrowedFd<'_> {}
 }
 
+/// A descriptor registered with the reactor. It derefs to its `AsyncFd` for reading and waiting,
+/// never mutably: `AsyncFd::get_mut` and `into_inner` would let safe code replace or close the
+/// registered descriptor, which [`register`]'s contract with the reactor forbids.
+#[derive(Debug)]
+pub struct Registered<T: Stable>(AsyncFd<T>);
+
+impl<T: Stable> std::ops::Deref for Registered<T> {
+    type Target = AsyncFd<T>;
+
+    fn deref(&self) -> &AsyncFd<T> {
+        &self.0
+    }
+}
+
 /// Registers `fd` with the current runtime's reactor for `interest`; the error drops `fd`.
-pub fn register<T: Stable>(fd: T, interest: Interest) -> std::io::Result<AsyncFd<T>> {
+pub fn register<T: Stable>(fd: T, interest: Interest) -> std::io::Result<Registered<T>> {
     // SAFETY: a `Stable` holder's descriptor is open and the same for as long as it is held
-    // (see the impls above), so for the whole life of the `AsyncFd` that holds it.
-    unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(|e| e.into_parts().1)
+    // (see the impls above), and `Registered` hands out no way to replace it, so it stays so
+    // for the whole life of the `AsyncFd` that holds it.
+    unsafe { AsyncFd::register_with_interest(fd, interest) }
+        .map(Registered)
+        .map_err(|e| e.into_parts().1)
 }
