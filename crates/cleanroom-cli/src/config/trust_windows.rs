@@ -45,7 +45,8 @@ pub fn open(path: &Path) -> Result<Trusted, Distrust> {
         return Err(Distrust::Untrusted("it is not a plain file".into()));
     }
     Err(Distrust::Untrusted(
-        "who could have written it (its owner and ACLs, and those of the folders above it) is          not checked on Windows yet; name it with --config FILE to use it"
+        "who could have written it (its owner and ACLs, and those of the folders above it) is \
+         not checked on Windows yet; name it with --config FILE to use it"
             .into(),
     ))
 }
