@@ -172,13 +172,15 @@ fn cli_main() -> u8 {
 /// Parses the command line; `run --keep-root WHEN` is read as `--keep-root=WHEN` (see
 /// [`options::join_keep_root_value`]).
 fn parse() -> Result<Cli, clap::Error> {
-    let cli = match parse_run(std::env::args_os()) {
-        Some(cli) => cli,
-        None => Cli::try_parse()?,
+    let read = |args: Vec<std::ffi::OsString>| match parse_run(args.clone()) {
+        Some(cli) => Ok(cli),
+        None => Cli::try_parse_from(args),
     };
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = read(args.clone())?;
     match &cli.command {
-        Command::Run(args) if args.keep_root_value_apart() => {
-            Cli::try_parse_from(options::join_keep_root_value(std::env::args_os().collect()))
+        Command::Run(run) if run.keep_root_value_apart() => {
+            read(options::join_keep_root_value(args))
         }
         _ => Ok(cli),
     }

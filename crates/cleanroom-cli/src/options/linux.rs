@@ -11,9 +11,7 @@ use super::{set, LockScopeArg, NetArg, ProtectArg, RunOptions};
 pub type Signal = rustix::process::Signal;
 
 /// `--signal SIG`: a name or number, as kill(1) takes it.
-pub fn parse_signal(text: &str) -> Result<Signal, String> {
-    cleanroom::run::parse_signal(text)
-}
+pub use cleanroom::run::parse_signal;
 
 /// Sets on `b` the Linux-only options this layer gives.
 pub fn apply(options: &mut RunOptions, mut b: RunBuilder) -> anyhow::Result<RunBuilder> {

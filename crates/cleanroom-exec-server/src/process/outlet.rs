@@ -89,8 +89,8 @@ impl Outlet {
 
     /// Since when the session has been detached, if it was attached once and is not now.
     pub fn detached_since(&self) -> Option<Instant> {
-        let inner = self.lock();
-        inner.queue.is_none().then_some(inner.detached_at).flatten()
+        // `None` while attached: `attach` clears it as it sets the queue.
+        self.lock().detached_at
     }
 
     /// Whether a connection is attached, and the current generation.

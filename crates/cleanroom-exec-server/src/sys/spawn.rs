@@ -30,7 +30,7 @@ use std::sync::{Mutex, PoisonError};
 use cleanroom::contain::{CloneArgs, CLONE_INTO_CGROUP};
 
 use super::hook::ChildHook;
-use super::{errno, set_signal_mask};
+use super::{errno, exit_now, set_signal_mask};
 
 /// Held from the clone until the child has executed or failed.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -278,8 +278,7 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
     // before the clone), as `run_child` requires.
     let errno = unsafe { run_child(context.image, context.setup, join) };
     context.errno.store(errno.max(1), Ordering::SeqCst);
-    // SAFETY: ends the child without running anything of the server's.
-    unsafe { libc::_exit(127) }
+    exit_now(127)
 }
 
 /// # Safety

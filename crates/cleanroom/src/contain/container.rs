@@ -87,11 +87,6 @@ impl Container {
         }
     }
 
-    /// Whether a watchdog guards the run against the runner's death (until it is disarmed).
-    pub fn has_watchdog(&self) -> bool {
-        self.watchdog.is_some()
-    }
-
     /// Looks whether the watchdog was stopped or killed (loudly, once); see [`Watchdog::check`].
     fn check_watchdog(&self) {
         if let Some(watchdog) = &self.watchdog {

@@ -162,11 +162,7 @@ pub(super) fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: boo
             format!("marker names another run ({})", marker.run_id),
         );
     }
-    judged.entry.run_id = Some(marker.run_id.clone());
-    judged.entry.kept = marker.kept_because();
-    judged.entry.owner_pid = Some(marker.owner.pid);
-    judged.entry.command = marker.command.clone();
-    judged.entry.age_secs = Some(now_secs().saturating_sub(marker.created_unix_ms / 1000));
+    judged.entry.describe_run(&marker);
     let owner_pid = marker.owner.pid;
     // Owner death decides first: a lock held while the owner is dead belongs to something the
     // run left behind (or to another gc), which the caller sorts out. A live owner holds its

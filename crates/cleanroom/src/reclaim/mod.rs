@@ -174,6 +174,15 @@ pub fn lossless_name(name: &OsStr) -> (String, Option<Vec<u8>>) {
 }
 
 impl Entry {
+    /// Records what a valid marker of this entry says of its run.
+    fn describe_run(&mut self, marker: &crate::marker::Marker) {
+        self.run_id = Some(marker.run_id.clone());
+        self.kept = marker.kept_because();
+        self.owner_pid = Some(marker.owner.pid);
+        self.command = marker.command.clone();
+        self.age_secs = Some(now_secs().saturating_sub(marker.created_unix_ms / 1000));
+    }
+
     fn named(name: &OsStr) -> Entry {
         let (text, bytes) = lossless_name(name);
         Entry {

@@ -218,11 +218,7 @@ fn judge(
         return verdict(entry, EntryState::Foreign, reason);
     }
     let owner_pid = marker.owner.pid;
-    entry.run_id = Some(id);
-    entry.kept = marker.kept_because();
-    entry.owner_pid = Some(owner_pid);
-    entry.command = marker.command.clone();
-    entry.age_secs = Some(super::now_secs().saturating_sub(marker.created_unix_ms / 1000));
+    entry.describe_run(marker);
     if file.owner_holds_lock() {
         let reason = format!("owner pid {owner_pid} holds the root's lock");
         return verdict(entry, EntryState::Live, reason);

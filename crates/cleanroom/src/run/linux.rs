@@ -244,9 +244,9 @@ pub(super) fn execute(
     if survived {
         container.left_survivors();
     }
-    let guarded = container.has_watchdog();
     // Told `D`one now, reaped last: it exits while the cgroup and the root are removed.
     let (watchdog, watchdog_lost) = container.release_watchdog();
+    let guarded = watchdog.is_some();
     let exit = outcome.exit_info(config.on_leak, Some(config.timeout_signal.as_raw()));
     let containment = ContainmentInfo {
         mechanism: Some(container.mechanism()),
