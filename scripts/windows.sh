@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Windows and macOS from this Linux machine (docs/windows.md):
-# 1. builds the real CLI (crates/cleanroom-cli) for x86_64-pc-windows-gnu with Debian's
-#    rustc-web + build-std + mingw, in a cross target dir outside the checkout (below; the Linux
-#    target stays warm), then cleanroom.exe of crates/cleanroom-windows and its Wine tests;
-# 2. runs the tests under Wine 8 with a private WINEPREFIX inside target/ (removed afterwards),
-#    with the ProcessPrng stand-in DLL (test scaffolding, scripts/windows/processprng.c), and
-#    checks the real CLI there (config file, --report, --on-leak, list/gc --json, refusals);
+# 1. builds the CLI (crates/cleanroom-cli) for x86_64-pc-windows-gnu with Debian's rustc-web +
+#    build-std + mingw, in a cross target dir outside the checkout (below; the Linux target stays
+#    warm), with its Wine tests (crates/cleanroom-cli/tests/wine.rs) and their payload
+#    (crates/cleanroom-cli/examples/payload.rs);
+# 2. runs those tests under Wine 8 with a private WINEPREFIX inside the cross dir (removed
+#    afterwards), with the ProcessPrng stand-in DLL (test scaffolding,
+#    scripts/windows/processprng.c), and checks the CLI there against Linux's behaviour (config
+#    file, --report, --on-leak, list/gc --json, refusals);
 # 3. type-checks the library for x86_64-apple-darwin.
 # A missing tool is a loud failure, never a skip: scripts/test.sh installs rustc-web cargo-web
 # rust-web-src gcc-mingw-w64-x86-64 wine64.
@@ -38,7 +40,6 @@ mkdir -p "$TMPDIR"
 trap 'rm -rf "$TMPDIR"' EXIT
 cargo=(/usr/bin/cargo)
 win=(--target x86_64-pc-windows-gnu -Zbuild-std=std,panic_abort --locked)
-manifest=(--manifest-path crates/cleanroom-windows/Cargo.toml)
 out=$CARGO_TARGET_DIR/x86_64-pc-windows-gnu/debug
 
 step() { echo "== $* ($(date +%T))" >&2; }
@@ -49,23 +50,18 @@ warnings_in_our_crates() {
   grep -q '^warning: .*\|^warning\[' "$1" && grep -A3 '^warning' "$1" | grep -q -- '--> \(/.*/\)\?crates/'
 }
 
-step "build the real CLI (crates/cleanroom-cli) for Windows"
-# Both packages name their binary cleanroom.exe in the same directory: the real CLI is copied
-# out before the other build puts its own there.
-cli_log=$CARGO_TARGET_DIR/windows-cli-build.log
-"${cargo[@]}" build -p cleanroom-cli --bin cleanroom "${win[@]}" 2>&1 | tee "$cli_log" >&2
-warnings_in_our_crates "$cli_log" && die "the Windows build of the CLI has warnings in our crates (see $cli_log)"
-cli_exe=$TMPDIR/cli/cleanroom.exe
-mkdir -p "$TMPDIR/cli"
-cp "$out/cleanroom.exe" "$cli_exe"
-
-step "build cleanroom.exe, the test payload and the Wine tests"
+step "build the CLI (crates/cleanroom-cli), the test payload and the Wine tests for Windows"
+# Only the Wine tests of the CLI's tests/ build for Windows (the others, and their helpers, are
+# Linux's: cfg(unix) dev-dependencies).
 log=$CARGO_TARGET_DIR/windows-build.log
-"${cargo[@]}" build "${manifest[@]}" "${win[@]}" --bins --examples 2>&1 | tee "$log" >&2
-test_exe=$("${cargo[@]}" test "${manifest[@]}" "${win[@]}" --no-run --message-format=json 2>>"$log" |
+"${cargo[@]}" build -p cleanroom-cli --bin cleanroom --example payload --test wine "${win[@]}" 2>&1 |
+  tee "$log" >&2
+test_exe=$("${cargo[@]}" test -p cleanroom-cli --test wine "${win[@]}" --no-run --message-format=json 2>>"$log" |
   sed -n 's/.*"executable":"\([^"]*wine[^"]*\.exe\)".*/\1/p' | tail -n1)
 [ -n "$test_exe" ] || die "cargo did not report the Wine test executable (see $log)"
 warnings_in_our_crates "$log" && die "the Windows build has warnings in our crates (see $log)"
+cli_exe=$out/cleanroom.exe
+mkdir -p "$TMPDIR/cli"
 
 step "ProcessPrng stand-in DLL"
 dll=$CARGO_TARGET_DIR/bcryptprimitives.dll
@@ -92,7 +88,7 @@ cp -a "$template" "$WINEPREFIX"
 # Wine 8 has no bcryptprimitives.dll at all: the stand-in in system32 serves every program.
 cp "$dll" "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
 mkdir "$WINEPREFIX/scratch"
-CLEANROOM_TEST_SCRATCH="$WINEPREFIX/scratch" CLEANROOM_EXE="$out/cleanroom.exe" CLEANROOM_PAYLOAD="$out/examples/payload.exe" \
+CLEANROOM_TEST_SCRATCH="$WINEPREFIX/scratch" CLEANROOM_EXE="$cli_exe" CLEANROOM_PAYLOAD="$out/examples/payload.exe" \
   timeout 600 /usr/lib/wine/wine64 "$test_exe" --test-threads=1 ||
   die "the Wine tests failed (or hung for 10 minutes)"
 

@@ -15,16 +15,18 @@ mod run;
 #[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
 mod start;
 
-// `doctor` and `serve` probe and serve with what only Linux has (Landlock, cgroups, the
-// exec-server); elsewhere they keep their options and say what is missing (exit 125).
-#[cfg(target_os = "linux")]
+// `doctor` says what Linux or Windows allows; `serve` serves with what only Linux has (the
+// exec-server). Elsewhere they keep their options and say what is missing (exit 125).
+#[cfg(any(target_os = "linux", windows))]
 mod doctor;
 #[cfg(target_os = "linux")]
 mod serve;
 #[cfg(not(target_os = "linux"))]
 mod unavailable;
+#[cfg(not(any(target_os = "linux", windows)))]
+use unavailable::doctor;
 #[cfg(not(target_os = "linux"))]
-use unavailable::{doctor, serve};
+use unavailable::serve;
 
 use std::path::PathBuf;
 

@@ -1,12 +1,13 @@
-//! `doctor` and `serve` where their backends do not exist (Windows today): the same names and
-//! options as on Linux, so scripts and `--help` see one CLI, and one line on stderr that says
-//! what is missing, with exit 125 (docs/windows.md).
+//! `serve` (on every platform but Linux) and `doctor` (on macOS) where their backends do not
+//! exist: the same names and options as on Linux, so scripts and `--help` see one CLI, and one
+//! line on stderr that says what is missing, with exit 125 (docs/windows.md, docs/macos.md).
 
 use std::ffi::OsString;
 
 use crate::Global;
 
-/// `cleanroom doctor` without Landlock, cgroups or network namespaces to probe.
+/// `cleanroom doctor` where the library has no probes (macOS: nothing runs there yet).
+#[cfg(not(windows))]
 pub mod doctor {
     use super::*;
 
@@ -18,13 +19,11 @@ pub mod doctor {
         json: bool,
     }
 
-    /// Says what `run` uses here and what it cannot probe, and exits 125.
+    /// Says that there is nothing to probe here, and exits 125.
     pub fn main(_args: DoctorArgs, _global: &Global) -> u8 {
         crate::fail(
-            "doctor is not available on Windows yet: runs are contained by a Job Object \
-             (KILL_ON_JOB_CLOSE), and write protection (--protect), network isolation (--net), \
-             exclusive locks (--exclusive) and private temp directories (--share-tmp, \
-             --host-tmp) have no Windows backend to probe (docs/windows.md)",
+            "doctor is not available on this platform: cleanroom runs on Linux and Windows only \
+             (docs/macos.md)",
         )
     }
 }

@@ -37,7 +37,9 @@ pub mod text;
 
 // Each platform-bound part is one module with the same public path on every platform, its
 // platform code a private `os` child picked once in its `mod.rs` (Windows: docs/windows.md).
-// These three do not build on macOS yet (type-checked only: docs/macos.md).
+// These four do not build on macOS yet (type-checked only: docs/macos.md).
+#[cfg(any(target_os = "linux", windows))]
+pub mod doctor;
 #[cfg(any(target_os = "linux", windows))]
 pub mod reclaim;
 #[cfg(any(target_os = "linux", windows))]
@@ -49,10 +51,8 @@ pub mod run;
 #[cfg(unix)]
 pub mod lock;
 
-// Linux only: Landlock, cgroups, and what is built on them. macOS has no protection, run,
-// reclaim or report yet (docs/macos.md).
-#[cfg(target_os = "linux")]
-pub mod doctor;
+// Linux only: Landlock, cgroups, and what is built on them. macOS has no protection, doctor,
+// run, reclaim or report yet (docs/macos.md).
 #[cfg(target_os = "linux")]
 pub mod protect;
 #[cfg(target_os = "linux")]

@@ -749,7 +749,7 @@ fn landlock_abi_2_scenario() {
         ""
     );
     let report = doctor::probe(&fx.base.join("ns"));
-    assert_eq!(report.landlock.abi, Some(2));
+    assert_eq!(report.machine.landlock.abi, Some(2));
     assert_eq!(report.protection.choice, "partial");
     scenario_done("landlock_abi_2_scenario");
 }
@@ -822,7 +822,7 @@ fn landlock_absent_scenario() {
     assert!(Protection::prepare(&request).is_ok());
 
     let report = doctor::probe(&fx.base.join("ns"));
-    assert_eq!(report.landlock.abi, None);
+    assert_eq!(report.machine.landlock.abi, None);
     assert_eq!(report.protection.choice, "none");
     scenario_done("landlock_absent_scenario");
 }
@@ -920,39 +920,48 @@ fn doctor_reports_what_this_machine_allows() {
     let dir = tempfile::tempdir().unwrap();
     let report = doctor::probe(&dir.path().join("ns"));
     let abi = kernel_landlock_abi();
-    assert_eq!(report.landlock.abi, abi);
-    assert_eq!(report.euid, rustix::process::geteuid().as_raw());
+    assert_eq!(report.machine.landlock.abi, abi);
+    assert_eq!(report.machine.euid, rustix::process::geteuid().as_raw());
     // Measured facts of this kind of machine (research/platform.md).
     assert!(
-        report.user_namespaces.available,
+        report.machine.user_namespaces.available,
         "{:?}",
-        report.user_namespaces
+        report.machine.user_namespaces
     );
     assert!(
-        report.network_namespace.available,
+        report.machine.network_namespace.available,
         "{:?}",
-        report.network_namespace
+        report.machine.network_namespace
     );
-    assert!(report.pidfd.available && report.subreaper.available);
+    assert!(report.machine.pidfd.available && report.machine.subreaper.available);
     assert_eq!(report.net_none.choice, "available");
     assert_eq!(
         report.protection.choice,
         if abi >= Some(3) { "full" } else { "partial" }
     );
-    let mount = report.cgroup.mount.clone().expect("a cgroup2 mount");
+    let mount = report
+        .machine
+        .cgroup
+        .mount
+        .clone()
+        .expect("a cgroup2 mount");
     assert!(fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
         .any(|l| l.contains(&format!(" {} ", mount.display())) && l.contains(" - cgroup2 ")));
     if running_as_root() {
-        assert!(report.cgroup.can_create, "{:?}", report.cgroup);
+        assert!(
+            report.machine.cgroup.can_create,
+            "{:?}",
+            report.machine.cgroup
+        );
         assert_eq!(report.containment.choice, "cgroup");
     } else {
-        assert!(!report.cgroup.can_create);
+        assert!(!report.machine.cgroup.can_create);
         assert_eq!(report.containment.choice, "session");
     }
     // No probe cgroup is left behind.
-    let own = report.cgroup.own.clone().unwrap();
+    let own = report.machine.cgroup.own.clone().unwrap();
     let parent = mount.join(own.trim_start_matches('/'));
     let leftovers: Vec<_> = fs::read_dir(&parent)
         .unwrap()

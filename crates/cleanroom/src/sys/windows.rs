@@ -1,5 +1,6 @@
 //! Small helpers every Windows file of the library shares: UTF-16 paths (with the `\\?\` prefix
-//! for long paths), the last error as an `io::Error`, owned handles, and the SID of the token.
+//! for long paths), the last error as an `io::Error`, owned handles, known folders, registry values
+//! and the job queries `doctor` makes.
 //!
 //! All `unsafe` here wraps one Win32 call each; handles are owned (`OwnedHandle`) so none leaks.
 
@@ -115,4 +116,98 @@ pub fn known_folder(id: &windows_sys::core::GUID) -> io::Result<PathBuf> {
     // SAFETY: freeing what SHGetKnownFolderPath allocated (null is allowed).
     unsafe { CoTaskMemFree(path as *const _) };
     result
+}
+
+/// A value under `HKEY_LOCAL_MACHINE\key`: a string (`REG_SZ`) as it is, a `REG_DWORD` in
+/// decimal.
+pub fn machine_registry_value(key: &str, name: &str) -> io::Result<String> {
+    use windows_sys::Win32::System::Registry::{
+        RegGetValueW, HKEY_LOCAL_MACHINE, REG_DWORD, RRF_RT_REG_DWORD, RRF_RT_REG_SZ,
+    };
+    let (key, name) = (wide(key), wide(name));
+    let mut buf = [0u16; 256];
+    let mut size = std::mem::size_of_val(&buf) as u32;
+    let mut kind = 0u32;
+    // SAFETY: both names are NUL-terminated; `buf` is writable for `size` bytes (the call sets
+    // `size` to the bytes written); `kind` receives the value's type.
+    let rc = unsafe {
+        RegGetValueW(
+            HKEY_LOCAL_MACHINE,
+            key.as_ptr(),
+            name.as_ptr(),
+            RRF_RT_REG_SZ | RRF_RT_REG_DWORD,
+            &mut kind,
+            buf.as_mut_ptr().cast(),
+            &mut size,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc as i32));
+    }
+    Ok(if kind == REG_DWORD {
+        (u32::from(buf[0]) | (u32::from(buf[1]) << 16)).to_string()
+    } else {
+        let units = (size as usize / 2).min(buf.len());
+        from_wide(&buf[..units]).to_string_lossy().into_owned()
+    })
+}
+
+/// The limit flags (`JOB_OBJECT_LIMIT_*`) of the job the calling process is in (its immediate
+/// one, when jobs are nested), or `None` when it is in no job.
+pub fn own_job_limits() -> io::Result<Option<u32>> {
+    use windows_sys::Win32::System::JobObjects::{
+        IsProcessInJob, JobObjectExtendedLimitInformation, QueryInformationJobObject,
+        JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+    };
+    use windows_sys::Win32::System::Threading::GetCurrentProcess;
+    let mut in_job = 0;
+    // SAFETY: the current process's pseudo handle needs no closing; a null job asks about any
+    // job; `in_job` is a valid out-parameter.
+    check(unsafe { IsProcessInJob(GetCurrentProcess(), std::ptr::null_mut(), &mut in_job) })?;
+    if in_job == 0 {
+        return Ok(None);
+    }
+    // SAFETY: plain old data; all-zero is a valid value to be filled in.
+    let mut limits: JOBOBJECT_EXTENDED_LIMIT_INFORMATION = unsafe { std::mem::zeroed() };
+    // SAFETY: a null job means the caller's own; `limits` is the structure this information
+    // class expects, of the size given.
+    check(unsafe {
+        QueryInformationJobObject(
+            std::ptr::null_mut(),
+            JobObjectExtendedLimitInformation,
+            (&mut limits as *mut JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
+            std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+            std::ptr::null_mut(),
+        )
+    })?;
+    Ok(Some(limits.BasicLimitInformation.LimitFlags))
+}
+
+/// A new job that kills its processes when its last handle closes (`KILL_ON_JOB_CLOSE`), with
+/// the process `process` assigned to it. When `process` is in a job already, the new job is
+/// nested in that one (Windows 8 and later; earlier versions refuse).
+pub fn assign_to_new_job(process: BorrowedHandle<'_>) -> io::Result<OwnedHandle> {
+    use windows_sys::Win32::System::JobObjects::{
+        AssignProcessToJobObject, CreateJobObjectW, JobObjectExtendedLimitInformation,
+        SetInformationJobObject, JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+        JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+    };
+    // SAFETY: no security attributes, no name; the handle is owned at once.
+    let job = owned(unsafe { CreateJobObjectW(std::ptr::null(), std::ptr::null()) })?;
+    // SAFETY: plain old data; all-zero means "no limits".
+    let mut limits: JOBOBJECT_EXTENDED_LIMIT_INFORMATION = unsafe { std::mem::zeroed() };
+    limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+    // SAFETY: the job handle is open; `limits` is the structure this information class
+    // expects, of the size given.
+    check(unsafe {
+        SetInformationJobObject(
+            job.as_raw_handle(),
+            JobObjectExtendedLimitInformation,
+            (&limits as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
+            std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+        )
+    })?;
+    // SAFETY: both handles are open for the call.
+    check(unsafe { AssignProcessToJobObject(job.as_raw_handle(), process.as_raw_handle()) })?;
+    Ok(job)
 }

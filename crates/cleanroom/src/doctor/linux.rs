@@ -1,41 +1,24 @@
-//! `cleanroom doctor`: what this machine allows, and which containment and protection `run`
-//! will use here, and why. The first thing a user runs when something is refused.
-//!
-//! Invariant: every answer is measured by trying the real operation (a system call, a `mkdir`
-//! of a uniquely named probe cgroup that is removed at once, an `unshare` in a forked child that
-//! then exits), never inferred from version numbers or configuration files, and probing leaves
-//! nothing behind and changes nothing in the calling process.
+//! `cleanroom doctor` on Linux (the `os` module of `doctor`): the kernel, Landlock, user and
+//! network namespaces, cgroup v2, pidfd and the subreaper, each tried in a child or on a probe
+//! cgroup removed at once; the private `/dev/shm` and `/tmp` tried in a child (the latter in a
+//! root of the namespace made for the probe); and the `--protect home` policy of a run from the
+//! working directory.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::protect::{self, linux, Enforcement, ProtectMode, Rule};
+use super::{yes_no, Check, Decision, Findings};
+use crate::protect::{self, linux, Enforcement, ProtectMode};
 
-/// The answer to "can this machine do X", with the evidence.
-#[derive(Clone, Debug, Serialize)]
-pub struct Check {
-    /// Whether it works.
-    pub available: bool,
-    /// What was tried and what the kernel said.
-    pub detail: String,
-}
+/// A rule of the `--protect home` policy.
+pub use crate::protect::Rule as PolicyRule;
 
-impl Check {
-    fn from_probe(what: &str, result: std::io::Result<()>) -> Check {
-        match result {
-            Ok(()) => Check {
-                available: true,
-                detail: format!("{what}: ok"),
-            },
-            Err(e) => Check {
-                available: false,
-                detail: format!("{what}: {e}"),
-            },
-        }
-    }
-}
+/// How the decisions about /dev/shm and /tmp are named in the text.
+pub const DEV_SHM_LABEL: &str = "/dev/shm, IPC";
+/// See [`DEV_SHM_LABEL`].
+pub const TMP_LABEL: &str = "/tmp, /var/tmp";
 
 /// Landlock support.
 #[derive(Clone, Debug, Serialize)]
@@ -61,22 +44,9 @@ pub struct CgroupCheck {
     pub detail: String,
 }
 
-/// A choice `run` makes on this machine, and why.
+/// What this Linux machine allows.
 #[derive(Clone, Debug, Serialize)]
-pub struct Decision {
-    /// The choice.
-    pub choice: String,
-    /// Why.
-    pub reason: String,
-}
-
-/// Everything `cleanroom doctor` reports.
-#[derive(Clone, Debug, Serialize)]
-pub struct DoctorReport {
-    /// `cleanroom-doctor`.
-    pub format: &'static str,
-    /// Version of this report's shape.
-    pub version: u32,
+pub struct Machine {
     /// The kernel release (`uname -r`).
     pub kernel: String,
     /// The effective user id the probes ran as.
@@ -93,30 +63,11 @@ pub struct DoctorReport {
     pub pidfd: Check,
     /// `PR_SET_CHILD_SUBREAPER`.
     pub subreaper: Check,
-    /// The containment `run` uses: `cgroup` or `session`.
-    pub containment: Decision,
-    /// The enforcement `--protect home` gets: `full`, `partial` or `none`.
-    pub protection: Decision,
-    /// Whether `--net none` works: `available` or `unavailable`.
-    pub net_none: Decision,
-    /// Whether runs get a private `/dev/shm` (a tmpfs in a private mount namespace) and IPC
-    /// namespace.
-    pub dev_shm: Decision,
-    /// Whether runs get a private `/tmp` and `/var/tmp` (an overlay of the host's, writes in the
-    /// run's root).
-    pub tmp: Decision,
-    /// The rules `--protect home` gives a run started here: which paths are read-only and
-    /// which writable, and why (the run's root shown as `<root>`).
-    pub home_policy: Vec<Rule>,
-    /// The working directory those rules were computed for.
-    pub cwd: Option<PathBuf>,
-    /// What such a run would warn about (no home found, ...), or why no policy could be built.
-    pub home_policy_warnings: Vec<String>,
 }
 
 /// Probes this machine, for runs whose roots go in the namespace at `namespace` (the private
 /// `/tmp` is tried in a root made there for the probe).
-pub fn probe(namespace: &Path) -> DoctorReport {
+pub(super) fn probe(namespace: &Path) -> Findings {
     let landlock = probe_landlock();
     let user_namespaces = Check::from_probe(
         "unshare(CLONE_NEWUSER) in a child",
@@ -211,44 +162,48 @@ pub fn probe(namespace: &Path) -> DoctorReport {
         },
     };
     let tmp = probe_tmp(namespace);
-    let cwd = std::env::current_dir().ok();
-    let (home_policy, home_policy_warnings) = match &cwd {
-        Some(cwd) => protect::preview(
-            ProtectMode::Home,
-            &crate::env::host_env(),
-            cwd,
-            Path::new("<root>"),
-        )
-        .unwrap_or_else(|e| (Vec::new(), vec![e.to_string()])),
-        None => (
-            Vec::new(),
-            vec!["the working directory cannot be read".into()],
-        ),
-    };
 
-    DoctorReport {
-        format: "cleanroom-doctor",
-        version: 1,
-        kernel: rustix::system::uname()
-            .release()
-            .to_string_lossy()
-            .into_owned(),
-        euid: rustix::process::geteuid().as_raw(),
-        landlock,
-        user_namespaces,
-        network_namespace,
-        cgroup,
-        pidfd,
-        subreaper,
+    Findings {
+        machine: Machine {
+            kernel: rustix::system::uname()
+                .release()
+                .to_string_lossy()
+                .into_owned(),
+            euid: rustix::process::geteuid().as_raw(),
+            landlock,
+            user_namespaces,
+            network_namespace,
+            cgroup,
+            pidfd,
+            subreaper,
+        },
         containment,
         protection,
         net_none,
         dev_shm,
         tmp,
-        home_policy,
-        cwd,
-        home_policy_warnings,
     }
+}
+
+/// The rules `--protect home` gives a run started in `cwd`, and what such a run warns about.
+pub(super) fn home_policy(cwd: &Path) -> (Vec<PolicyRule>, Vec<String>) {
+    protect::preview(
+        ProtectMode::Home,
+        &crate::env::host_env(),
+        cwd,
+        Path::new("<root>"),
+    )
+    .unwrap_or_else(|e| (Vec::new(), vec![e.to_string()]))
+}
+
+/// One rule of the policy, as the text shows it.
+pub(super) fn rule_line(rule: &PolicyRule) -> String {
+    let access = match rule.access {
+        protect::Access::Write => "writable ",
+        protect::Access::Read => "read-only",
+        protect::Access::None => "hidden   ",
+    };
+    format!("{access} {}  ({})", rule.path.display(), rule.reason)
 }
 
 /// Whether a run's `/tmp` and `/var/tmp` are private here: the real set-up tried in a child, in
@@ -400,19 +355,12 @@ fn probe_cgroup() -> CgroupCheck {
     }
 }
 
-fn yes_no(check: &Check) -> &'static str {
-    if check.available {
-        "yes"
-    } else {
-        "no"
-    }
-}
-
 fn path_or_none(path: Option<&Path>) -> String {
     path.map_or_else(|| "none".to_string(), |p| p.display().to_string())
 }
 
-impl fmt::Display for DoctorReport {
+impl fmt::Display for Machine {
+    /// The report's header line, then "this machine" and one line per probe.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
@@ -448,38 +396,6 @@ impl fmt::Display for DoctorReport {
             "  child cgroup        {} ({})",
             if self.cgroup.can_create { "yes" } else { "no" },
             self.cgroup.detail
-        )?;
-        writeln!(f)?;
-        writeln!(f, "cleanroom run will use")?;
-        let decisions = [
-            ("containment", &self.containment),
-            ("protect home", &self.protection),
-            ("--net none", &self.net_none),
-            ("/dev/shm, IPC", &self.dev_shm),
-            ("/tmp, /var/tmp", &self.tmp),
-        ];
-        for (name, decision) in decisions {
-            writeln!(f, "  {name:<19} {}: {}", decision.choice, decision.reason)?;
-        }
-        writeln!(f)?;
-        writeln!(
-            f,
-            "a run from {} with --protect home (most specific path wins)",
-            self.cwd
-                .as_deref()
-                .map_or_else(|| "?".into(), |p| p.display().to_string())
-        )?;
-        for rule in &self.home_policy {
-            let access = match rule.access {
-                protect::Access::Write => "writable ",
-                protect::Access::Read => "read-only",
-                protect::Access::None => "hidden   ",
-            };
-            writeln!(f, "  {access} {}  ({})", rule.path.display(), rule.reason)?;
-        }
-        for warning in &self.home_policy_warnings {
-            writeln!(f, "  warning: {warning}")?;
-        }
-        Ok(())
+        )
     }
 }

@@ -1,9 +1,14 @@
-//! The Windows guarantees, checked over the real `cleanroom.exe` and the test payload
-//! (examples/payload.rs) — under Wine by scripts/windows.sh, or on Windows itself.
+//! The Windows guarantees, checked over the real CLI (this crate's `cleanroom.exe`, built for
+//! x86_64-pc-windows-gnu) and the test payload (examples/payload.rs): under Wine by
+//! scripts/windows.sh, or on Windows itself (`cargo build -p cleanroom-cli --example payload`,
+//! then `cargo test -p cleanroom-cli --test wine -- --test-threads=1`).
 //!
-//! The paths of both programs come from CLEANROOM_EXE and CLEANROOM_PAYLOAD (a test that cannot
-//! find them fails). Tests run one at a time (`--test-threads=1`): the first one snapshots the
-//! whole C: drive, and every test leaves nothing behind.
+//! The CLI is CLEANROOM_EXE (else the binary cargo built with this test), the payload
+//! CLEANROOM_PAYLOAD, and CLEANROOM_TEST_SCRATCH a directory outside C: for the outputs and
+//! reports (a test that cannot find them fails). Tests run one at a time (`--test-threads=1`):
+//! the first one snapshots the whole C: drive, and every test leaves nothing behind. The CLI
+//! gets none of the test's own CLEANROOM_* variables, so only its command line configures it.
+#![cfg(windows)]
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -11,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
 use windows_sys::Win32::Foundation::{CloseHandle, WAIT_OBJECT_0};
 use windows_sys::Win32::System::Threading::{
     OpenProcess, WaitForSingleObject, PROCESS_SYNCHRONIZE,
@@ -24,18 +30,28 @@ fn program(var: &str) -> PathBuf {
     path
 }
 
-/// Runs `command` to its end with stdout and stderr in files of the scratch dir
-/// (CLEANROOM_TEST_SCRATCH, outside C:), not pipes: on Windows a process a broken run leaves
-/// behind may inherit a pipe and hold it open, which must fail the test, not hang it.
-fn finish(command: &mut Command) -> Output {
+fn scratch_dir() -> PathBuf {
+    let var = "CLEANROOM_TEST_SCRATCH";
+    let path = PathBuf::from(
+        std::env::var_os(var).unwrap_or_else(|| panic!("{var} must name a scratch directory")),
+    );
+    assert!(path.is_dir(), "{var}={} is not a directory", path.display());
+    path
+}
+
+/// A path of the scratch dir no other call of this test binary gets.
+fn scratch_file(suffix: &str) -> PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
     static CALLS: AtomicU32 = AtomicU32::new(0);
-    let scratch = scratch_dir("CLEANROOM_TEST_SCRATCH");
     let n = CALLS.fetch_add(1, Ordering::SeqCst);
-    let (out, err) = (
-        scratch.join(format!("{n}.out")),
-        scratch.join(format!("{n}.err")),
-    );
+    scratch_dir().join(format!("{n}.{suffix}"))
+}
+
+/// Runs `command` to its end with stdout and stderr in files of the scratch dir, not pipes: on
+/// Windows a process a broken run leaves behind may inherit a pipe and hold it open, which must
+/// fail the test, not hang it.
+fn finish(command: &mut Command) -> Output {
+    let (out, err) = (scratch_file("out"), scratch_file("err"));
     let status = command
         .stdout(std::fs::File::create(&out).expect("create the stdout file"))
         .stderr(std::fs::File::create(&err).expect("create the stderr file"))
@@ -53,30 +69,75 @@ fn finish(command: &mut Command) -> Output {
     output
 }
 
-fn scratch_dir(var: &str) -> PathBuf {
-    let path = PathBuf::from(
-        std::env::var_os(var).unwrap_or_else(|| panic!("{var} must name a scratch directory")),
-    );
-    assert!(path.is_dir(), "{var}={} is not a directory", path.display());
-    path
-}
-
+/// The real CLI, configured by its command line only.
 fn cleanroom() -> Command {
-    Command::new(program("CLEANROOM_EXE"))
+    let exe = match std::env::var_os("CLEANROOM_EXE") {
+        Some(_) => program("CLEANROOM_EXE"),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_cleanroom")),
+    };
+    let mut command = Command::new(exe);
+    for (name, _) in std::env::vars_os() {
+        if name
+            .to_string_lossy()
+            .to_ascii_uppercase()
+            .starts_with("CLEANROOM_")
+        {
+            command.env_remove(name);
+        }
+    }
+    command
 }
 
 fn payload() -> PathBuf {
     program("CLEANROOM_PAYLOAD")
 }
 
-fn run(args: &[&str]) -> Output {
-    let output = finish(cleanroom().arg("run").arg("--").arg(payload()).args(args));
-    eprintln!(
-        "cleanroom run {args:?}: {:?}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A run of the payload and the report the CLI wrote of it (`--report`).
+struct Ran {
+    output: Output,
+    report: Value,
+}
+
+/// `cleanroom run --report FILE [options...] -- PAYLOAD args...`.
+fn run_with(options: &[&str], args: &[&str]) -> Ran {
+    run_env(options, args, &[])
+}
+
+/// [`run_with`] with `vars` set in the CLI's environment.
+fn run_env(options: &[&str], args: &[&str], vars: &[(&str, &Path)]) -> Ran {
+    let report_file = scratch_file("report.json");
+    let mut command = cleanroom();
+    for (var, value) in vars {
+        command.env(var, value);
+    }
+    let output = finish(
+        command
+            .arg("run")
+            .arg("--report")
+            .arg(&report_file)
+            .args(options)
+            .arg("--")
+            .arg(payload())
+            .args(args),
     );
-    output
+    eprintln!(
+        "cleanroom run {options:?} -- payload {args:?}: {:?}\n--- stderr\n{}",
+        output.status,
+        stderr(&output)
+    );
+    let text = std::fs::read_to_string(&report_file)
+        .unwrap_or_else(|e| panic!("no report {}: {e}", report_file.display()));
+    std::fs::remove_file(&report_file).expect("remove the report");
+    let report = serde_json::from_str(&text).unwrap_or_else(|e| panic!("report: {e}: {text}"));
+    Ran { output, report }
+}
+
+fn run(args: &[&str]) -> Ran {
+    run_with(&[], args)
 }
 
 fn stdout_value(output: &Output, key: &str) -> String {
@@ -86,6 +147,16 @@ fn stdout_value(output: &Output, key: &str) -> String {
         .unwrap_or_else(|| panic!("the payload printed no {key}=…:\n{text}"))
         .trim()
         .to_string()
+}
+
+/// The pids of the report's leaks.
+fn leaked_pids(report: &Value) -> Vec<u64> {
+    report["leaks"]
+        .as_array()
+        .expect("leaks")
+        .iter()
+        .map(|leak| leak["pid"].as_u64().expect("a leak's pid"))
+        .collect()
 }
 
 /// Every path on C: (Wine's prefix), directories and files.
@@ -135,9 +206,9 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 #[test]
 fn temp_dirs_and_profile_writes_leave_nothing_anywhere_in_the_prefix() {
     // The first run creates the namespace itself (it stays, empty); then the drive is compared.
-    assert_eq!(run(&["exit", "0"]).status.code(), Some(0));
+    assert_eq!(run(&["exit", "0"]).output.status.code(), Some(0));
     let before = snapshot();
-    let output = run(&["mess", "200"]);
+    let Ran { output, report } = run(&["mess", "200"]);
     assert_eq!(output.status.code(), Some(0));
     let root = stdout_value(&output, "CLEANROOM_ROOT");
     let local = std::env::var("LOCALAPPDATA").expect("the test's LOCALAPPDATA");
@@ -145,6 +216,8 @@ fn temp_dirs_and_profile_writes_leave_nothing_anywhere_in_the_prefix() {
         root.starts_with(&format!(r"{local}\cleanroom-S-")),
         "the root {root} is not in the SID-keyed namespace under {local}"
     );
+    assert_eq!(report["root"].as_str(), Some(root.as_str()), "{report}");
+    assert_eq!(report["cleanup"]["status"], "removed", "{report}");
     for var in [
         "GetTempPath",
         "USERPROFILE",
@@ -181,41 +254,36 @@ fn temp_dirs_and_profile_writes_leave_nothing_anywhere_in_the_prefix() {
 #[test]
 fn the_namespace_ignores_redirected_profile_variables() {
     let decoy = std::env::temp_dir().join("cleanroom-decoy");
-    let output = finish(
-        cleanroom()
-            .env("LOCALAPPDATA", &decoy)
-            .env("USERPROFILE", &decoy)
-            .env("TEMP", &decoy)
-            .env("TMP", &decoy)
-            .arg("run")
-            .arg(payload())
-            .args(["mess", "1"]),
-    );
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let vars: Vec<(&str, &Path)> = ["LOCALAPPDATA", "USERPROFILE", "TEMP", "TMP"]
+        .into_iter()
+        .map(|var| (var, decoy.as_path()))
+        .collect();
+    let Ran { output, report } = run_env(&[], &["mess", "1"], &vars);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let root = stdout_value(&output, "CLEANROOM_ROOT");
     assert!(
         !root.starts_with(&*decoy.to_string_lossy()),
         "the root {root} followed LOCALAPPDATA"
     );
+    assert_eq!(report["root"].as_str(), Some(root.as_str()), "{report}");
     assert!(!decoy.exists(), "{} was created", decoy.display());
 }
 
 #[test]
 fn a_detached_daemon_is_named_and_dead_after_the_run() {
-    let output = run(&["daemon"]);
+    let Ran { output, report } = run(&["daemon"]);
     assert_eq!(output.status.code(), Some(0));
     let pid: u32 = stdout_value(&output, "daemon").parse().expect("a pid");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = stderr(&output);
     assert!(
         stderr.contains(&format!(
             "cleanroom: leak: pid {pid} outlived the command and was killed"
         )),
         "the daemon {pid} was not named:\n{stderr}"
+    );
+    assert!(
+        leaked_pids(&report).contains(&u64::from(pid)),
+        "the report does not list the daemon {pid} among the leaks: {report}"
     );
     assert!(!alive(pid), "the detached daemon {pid} survived the run");
 }
@@ -224,55 +292,49 @@ fn a_detached_daemon_is_named_and_dead_after_the_run() {
 fn exit_codes_pass_through() {
     for code in [0, 1, 7, 255, 300] {
         let text = code.to_string();
-        assert_eq!(
-            run(&["exit", &text]).status.code(),
-            Some(code),
-            "exit {code}"
-        );
+        let Ran { output, report } = run(&["exit", &text]);
+        assert_eq!(output.status.code(), Some(code), "exit {code}");
+        assert_eq!(report["exit"]["status"], code, "exit {code}: {report}");
     }
-    let missing = finish(cleanroom().args(["run", r"C:\no\such\program.exe"]));
-    assert_eq!(missing.status.code(), Some(127));
+    let missing = finish(cleanroom().args(["run", "--", r"C:\no\such\program.exe"]));
+    assert_eq!(missing.status.code(), Some(127), "{}", stderr(&missing));
 }
 
 #[test]
 fn a_timeout_kills_the_job_and_exits_124() {
-    let output = finish(
-        cleanroom()
-            .args(["run", "--timeout", "1s", "--"])
-            .arg(payload())
-            .args(["sleep", "300"]),
-    );
-    assert_eq!(
-        output.status.code(),
-        Some(124),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let Ran { output, report } = run_with(&["--timeout", "1s"], &["sleep", "300"]);
+    assert_eq!(output.status.code(), Some(124), "{}", stderr(&output));
+    assert_eq!(report["exit"]["ending"], "timed_out", "{report}");
     let pid: u32 = stdout_value(&output, "pid").parse().expect("a pid");
     assert!(!alive(pid), "the timed-out command {pid} survived");
 }
 
 #[test]
-fn protection_is_reported_unavailable_and_serve_is_left_out() {
-    let required = finish(
-        cleanroom()
-            .args(["run", "--require-protection", "--"])
-            .arg(payload())
-            .args(["exit", "0"]),
-    );
-    assert_eq!(required.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&required.stderr).contains("not available"));
-    let best_effort = finish(
-        cleanroom()
-            .args(["run", "--protect", "home", "--"])
-            .arg(payload())
-            .args(["exit", "0"]),
-    );
-    assert_eq!(best_effort.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&best_effort.stderr).contains("not available on Windows"));
+fn protection_is_refused_and_serve_is_not_available() {
+    for option in [&["--require-protection"][..], &["--protect", "home"]] {
+        let refused = finish(
+            cleanroom()
+                .arg("run")
+                .args(option)
+                .arg("--")
+                .arg(payload())
+                .args(["mess", "1"]),
+        );
+        let text = stderr(&refused);
+        assert_eq!(refused.status.code(), Some(125), "{option:?}: {text}");
+        assert!(
+            text.contains(option[0]) && text.contains("no write protection backend"),
+            "the refusal does not name {option:?} and why: {text}"
+        );
+        assert!(
+            refused.stdout.is_empty(),
+            "{option:?}: the payload ran: {}",
+            String::from_utf8_lossy(&refused.stdout)
+        );
+    }
     let serve = finish(cleanroom().arg("serve"));
     assert_eq!(serve.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&serve.stderr).contains("not in the Windows build"));
+    assert!(stderr(&serve).contains("not available on Windows"));
 }
 
 /// The one `run-*` entry of `state`, once its marker is written.
@@ -292,24 +354,41 @@ fn only_root(state: &Path) -> Option<PathBuf> {
     }
 }
 
-fn gc(state: &Path) -> String {
-    let output = finish(cleanroom().arg("--state-dir").arg(state).arg("gc"));
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+/// `cleanroom --state-dir STATE gc --json`: its exit status and its summary.
+fn gc_json(state: &Path) -> (Option<i32>, Value, String) {
+    let output = finish(
+        cleanroom()
+            .arg("--state-dir")
+            .arg(state)
+            .args(["gc", "--json"]),
     );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    let text = String::from_utf8_lossy(&output.stdout);
+    let summary: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("gc --json: {e}: {text}\n{}", stderr(&output)));
+    assert_eq!(summary["format"], "cleanroom-gc", "{summary}");
+    (output.status.code(), summary, stderr(&output))
 }
 
-/// Starts `cleanroom run PAYLOAD sleep 300` in `state`; returns the runner, the payload's pid and
-/// the run's root once its marker is written.
+/// `gc --json` in `state`, expected to succeed; its summary.
+fn gc(state: &Path) -> Value {
+    let (code, summary, stderr) = gc_json(state);
+    assert_eq!(code, Some(0), "{summary}\n{stderr}");
+    summary
+}
+
+/// Whether `summary` says gc removed exactly `root`.
+fn reclaimed_only(summary: &Value, root: &Path) -> bool {
+    let name = root.file_name().expect("a root's name").to_string_lossy();
+    summary["removed"] == 1 && summary["removed_names"] == serde_json::json!([name])
+}
+
+/// Starts `cleanroom run -- PAYLOAD sleep 300` in `state`; returns the runner, the payload's pid
+/// and the run's root once its marker is written.
 fn start_sleeping_run(state: &Path) -> (std::process::Child, u32, PathBuf) {
     let mut runner = cleanroom()
         .arg("--state-dir")
         .arg(state)
-        .arg("run")
+        .args(["run", "--"])
         .arg(payload())
         .args(["sleep", "300"])
         .stdout(Stdio::piped())
@@ -342,16 +421,16 @@ fn gc_reclaims_the_root_of_a_killed_runner_and_only_that() {
     let (runner, pid, root) = start_sleeping_run(&state);
     let live = gc(&state);
     assert!(
-        live.contains("reclaimed 0"),
-        "gc touched a live root:\n{live}"
+        live["removed"] == 0 && live["skipped_live"] == 1,
+        "gc touched a live root, or did not see it: {live}"
     );
     assert!(root.exists(), "gc removed a live root");
 
     kill_runner(runner, pid);
     let stale = gc(&state);
     assert!(
-        stale.contains("reclaimed 1"),
-        "gc did not reclaim the dead runner's root:\n{stale}"
+        reclaimed_only(&stale, &root),
+        "gc did not reclaim the dead runner's root (only): {stale}"
     );
     assert!(!root.exists(), "{} is still there", root.display());
     std::fs::remove_dir(&state).expect("the state dir is empty after gc");
@@ -388,19 +467,19 @@ fn the_marker_has_the_linux_shape_and_an_earlier_builds_marker_is_still_reclaime
     std::fs::write(&marker, &legacy).expect("write the earlier build's marker");
     let stale = gc(&state);
     assert!(
-        stale.contains("reclaimed 1"),
-        "gc did not reclaim the root of an earlier build's dead runner:\n{stale}"
+        reclaimed_only(&stale, &root),
+        "gc did not reclaim the root of an earlier build's dead runner: {stale}"
     );
     assert!(!root.exists(), "{} is still there", root.display());
     std::fs::remove_dir(&state).expect("the state dir is empty after gc");
 }
 
-/// Runs `cleanroom gc` in `state`, expecting it to fail (a leftover); returns its stderr.
+/// `gc --json` in `state`, expected to fail (a leftover: exit 1); its errors, one string.
 fn gc_leaving(state: &Path) -> String {
-    let output = finish(cleanroom().arg("--state-dir").arg(state).arg("gc"));
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    stderr
+    let (code, summary, stderr) = gc_json(state);
+    assert_eq!(code, Some(1), "{summary}\n{stderr}");
+    assert_eq!(summary["removed"], 0, "{summary}");
+    summary["errors"].to_string()
 }
 
 #[test]
@@ -420,15 +499,15 @@ fn a_file_another_process_holds_is_a_leftover_that_keeps_its_marker() {
         .expect("hold the file");
     kill_runner(runner, pid);
 
-    let stderr = gc_leaving(&state);
-    assert!(stderr.contains("scanned.txt"), "{stderr}");
+    let errors = gc_leaving(&state);
+    assert!(errors.contains("scanned.txt"), "{errors}");
     assert!(
         root.join("cleanroom-root.json").is_file(),
-        "the leftover lost its marker; gc said:\n{stderr}"
+        "the leftover lost its marker; gc said: {errors}"
     );
     drop(scanner);
     let done = gc(&state);
-    assert!(done.contains("reclaimed 1"), "{done}");
+    assert!(reclaimed_only(&done, &root), "{done}");
     assert!(!root.exists(), "{} is still there", root.display());
     std::fs::remove_dir(&state).expect("the state dir is empty after gc");
 }
@@ -452,21 +531,111 @@ fn a_root_that_stays_after_its_marker_went_gets_the_marker_back() {
         .expect("hold the root directory");
     kill_runner(runner, pid);
 
-    let stderr = gc_leaving(&state);
+    let errors = gc_leaving(&state);
     let marker = root.join("cleanroom-root.json");
     assert!(
         marker.is_file(),
-        "the leftover has no marker, so no gc can ever prove it ours; gc said:\n{stderr}"
+        "the leftover has no marker, so no gc can ever prove it ours; gc said: {errors}"
     );
     let names: Vec<_> = std::fs::read_dir(&root)
         .expect("list the leftover")
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    assert_eq!(names, ["cleanroom-root.json"], "{stderr}");
+    assert_eq!(names, ["cleanroom-root.json"], "{errors}");
     drop(holder);
     let done = gc(&state);
-    assert!(done.contains("reclaimed 1"), "{done}");
+    assert!(reclaimed_only(&done, &root), "{done}");
     assert!(!root.exists(), "{} is still there", root.display());
     std::fs::remove_dir(&state).expect("the state dir is empty after gc");
+}
+
+#[test]
+fn doctor_says_what_this_windows_allows() {
+    let state = scratch_dir().join("doctor-state");
+    let doctor = |json: bool| {
+        let mut command = cleanroom();
+        command.arg("--state-dir").arg(&state).arg("doctor");
+        if json {
+            command.arg("--json");
+        }
+        let output = finish(&mut command);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        String::from_utf8(output.stdout).expect("UTF-8")
+    };
+    let text = doctor(true);
+    let report: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let keys: BTreeSet<&str> = report
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let expected: BTreeSet<&str> = [
+        "format",
+        "version",
+        "windows",
+        "user_sid",
+        "job_object",
+        "nested_jobs",
+        "outer_job",
+        "namespace",
+        "file_locks",
+        "containment",
+        "protection",
+        "net_none",
+        "dev_shm",
+        "tmp",
+        "home_policy",
+        "cwd",
+        "home_policy_warnings",
+    ]
+    .into();
+    assert_eq!(keys, expected, "{report:#}");
+    assert_eq!(
+        (&report["format"], &report["version"]),
+        (&"cleanroom-doctor".into(), &1.into())
+    );
+    assert!(
+        report["user_sid"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("S-1-")),
+        "{report:#}"
+    );
+    for check in ["job_object", "nested_jobs", "namespace", "file_locks"] {
+        assert_eq!(report[check]["available"], true, "{check}: {report:#}");
+    }
+    assert_eq!(report["outer_job"]["in_job"], false, "{report:#}");
+    assert_eq!(report["containment"]["choice"], "job-object", "{report:#}");
+    assert_eq!(report["protection"]["choice"], "none", "{report:#}");
+    assert_eq!(report["net_none"]["choice"], "unavailable", "{report:#}");
+    assert_eq!(report["tmp"]["choice"], "root", "{report:#}");
+    for decision in ["protection", "net_none"] {
+        let reason = report[decision]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("not available on Windows"),
+            "{decision}: {report:#}"
+        );
+    }
+    assert_eq!(report["home_policy"], serde_json::json!([]), "{report:#}");
+
+    let text = doctor(false);
+    for line in [
+        "this machine",
+        "  job object          yes (",
+        "  containment         job-object: ",
+        "  protect home        none: not available on Windows",
+        "  --net none          unavailable: not available on Windows",
+        "  TEMP, TMP           root: ",
+    ] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+    // The probe's root is gone; the namespace it made stays, empty.
+    let left: Vec<_> = std::fs::read_dir(&state)
+        .expect("the namespace")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "doctor left {left:?}");
+    std::fs::remove_dir(&state).expect("remove the namespace");
 }
