@@ -22,9 +22,10 @@ pub mod doctor {
     pub fn main(_args: DoctorArgs, _global: &Global) -> u8 {
         crate::fail(
             "doctor is not available on Windows yet: runs are contained by a Job Object \
-             (KILL_ON_JOB_CLOSE), and write protection (--protect), network isolation (--net), \
-             exclusive locks (--exclusive) and private temp directories (--share-tmp, \
-             --host-tmp) have no Windows backend to probe (docs/windows.md)",
+             (KILL_ON_JOB_CLOSE), exclusive locks (--exclusive) are LockFileEx locks in the \
+             user's namespace, and write protection (--protect), network isolation (--net), \
+             machine-scope locks (--lock-scope machine) and private temp directories \
+             (--share-tmp, --host-tmp) have no Windows backend to probe (docs/windows.md)",
         )
     }
 }
