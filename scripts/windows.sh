@@ -140,11 +140,81 @@ python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["format"] == "c
 expect 0 "gc --kept --json" -- gc --kept --json
 python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["format"] == "cleanroom-gc" and d["removed"] == 1, d' \
   <"$TMPDIR/cli/out" || die "real CLI: gc --json does not parse with the Linux schema"
-for refused in "--protect home" "--net none" "--exclusive db" "--share-tmp C:\\x" "--signal KILL" "--require-protection"; do
+for refused in "--protect home" "--net none" "--lock-scope machine" "--share-tmp C:\\x" "--signal KILL" "--require-protection"; do
   # shellcheck disable=SC2086 # the option and its value are two words
   expect 125 "run $refused is refused" -- run $refused cmd /c 'exit 0'
   grep -q -- "${refused%% *}" "$TMPDIR/cli/err" || die "real CLI: the refusal of $refused does not name it"
 done
+
+# --exclusive: LockFileEx locks in the namespace's locks\ (docs/exclusive.md), in a state dir
+# of their own. A run holds its lock from before its root exists until its job is empty.
+lock_state=$WINEPREFIX/scratch/lock-state
+mkdir -p "$lock_state"
+lock_cli() { (cd "$project" && timeout 120 /usr/lib/wine/wine64 "$cli_exe" --state-dir "$(winepath_of "$lock_state")" "$@"); }
+holds() { # LABEL: a run of lock db that logs its start and end around 4 s of sleep
+  lock_cli run --exclusive db -- cmd /c "echo $1-start>>lock.log & ping -n 5 127.0.0.1 >NUL & echo $1-end>>lock.log"
+}
+# 1. Two runs of one name started together never overlap: one waits, naming the holder.
+rm -f "$project/lock.log"
+holds A >"$TMPDIR/cli/a.out" 2>"$TMPDIR/cli/a.err" & a=$!
+holds B >"$TMPDIR/cli/b.out" 2>"$TMPDIR/cli/b.err" & b=$!
+wait $a || die "real CLI: --exclusive: run A failed: $(cat "$TMPDIR/cli/a.err")"
+wait $b || die "real CLI: --exclusive: run B failed: $(cat "$TMPDIR/cli/b.err")"
+python3 - "$project/lock.log" <<'PY' || die "real CLI: two --exclusive runs of one name overlapped"
+import sys
+log = open(sys.argv[1]).read().split()
+assert len(log) == 4 and {log[0][0], log[2][0]} == {"A", "B"}, log
+first, second = log[0][0], log[2][0]
+assert log == [f"{first}-start", f"{first}-end", f"{second}-start", f"{second}-end"], log
+PY
+[ "$(cat "$TMPDIR/cli/a.err" "$TMPDIR/cli/b.err" | grep -c 'waiting for lock db, held by run ')" = 1 ] ||
+  die "real CLI: --exclusive: the runs did not meet (one should have waited, naming the holder)"
+rm "$project/lock.log"
+# 2. A holder killed hard (TerminateProcess) releases the lock at once: while it lives, list
+# shows it and --lock-timeout gives up naming it; once it is killed, the next run starts.
+lock_cli run --exclusive db -- ping -n 120 127.0.0.1 >/dev/null 2>"$TMPDIR/cli/holder.err" & holder=$!
+holder_pid=
+for _ in $(seq 100); do
+  lock_cli list --json >"$TMPDIR/cli/out" 2>/dev/null || true
+  holder_pid=$(python3 -c '
+import json, sys
+locks = json.load(sys.stdin)["locks"]
+assert [set(l) for l in locks] == [{"record", "writer_alive"}], locks
+record = locks[0]["record"]
+fields = {"format", "version", "name", "scope", "run_id", "owner_sid", "owner", "host", "since_unix_ms", "command"}
+assert set(record) == fields, set(record) ^ fields  # Linux: euid in owner_sid'"'"'s place
+assert locks[0]["writer_alive"] and (record["name"], record["scope"]) == ("db", "user"), locks
+assert record["command"] == ["ping", "-n", "120", "127.0.0.1"], record
+print(record["owner"]["pid"])' <"$TMPDIR/cli/out" 2>/dev/null) && break
+  sleep 0.2
+done
+[ -n "$holder_pid" ] || die "real CLI: list --json does not show the held lock db: $(cat "$TMPDIR/cli/out")"
+expect_lock() { local want=$1 what=$2 got=0; shift 2
+  lock_cli "$@" >"$TMPDIR/cli/out" 2>"$TMPDIR/cli/err" || got=$?
+  [ "$got" = "$want" ] || { cat "$TMPDIR/cli/err" >&2; die "real CLI: $what: exit $got, expected $want"; }
+}
+expect_lock 125 "--lock-timeout while the lock is held" run --exclusive db --lock-timeout 1s -- cmd /c 'exit 0'
+grep -q "timed out.*db.*pid $holder_pid.*ping -n 120" "$TMPDIR/cli/err" ||
+  die "real CLI: --lock-timeout does not name the holder (pid $holder_pid): $(cat "$TMPDIR/cli/err")"
+/usr/lib/wine/wine64 taskkill /F /PID "$holder_pid" >/dev/null 2>&1 ||
+  die "real CLI: taskkill /F /PID $holder_pid failed"
+wait $holder || true
+started=$(date +%s%N)
+expect_lock 5 "a run after its holder was killed" run --exclusive db --lock-timeout 10s -- cmd /c 'exit 5'
+waited_ms=$(( ($(date +%s%N) - started) / 1000000 ))
+[ "$waited_ms" -lt 8000 ] || die "real CLI: the lock of a killed holder was taken only after $waited_ms ms"
+grep -q 'waiting for lock' "$TMPDIR/cli/err" && die "real CLI: a killed holder's lock was waited for"
+# What stays: the killed run's root (gc reclaims it) and the empty lock file; the stale owner
+# record and token hash were replaced and withdrawn by the run after it.
+# 3. A run nested in the holder's run presents the token it inherited and joins as a member
+# instead of waiting for its own enclosing run (the nested run is this cleanroom.exe again).
+expect_lock 4 "a nested run of the same lock joins" run --exclusive db -- \
+  "$(winepath_of "$cli_exe")" --state-dir "$(winepath_of "$lock_state")" \
+  run --exclusive db --lock-timeout 5s -- cmd /c 'exit 4'
+grep -q 'waiting for lock' "$TMPDIR/cli/err" && die "real CLI: a nested run waited for its enclosing run's lock"
+expect_lock 0 "gc after the killed holder" gc
+[ "$(cd "$lock_state" && find . -mindepth 1 | sort | tr '\n' ' ')" = "./locks ./locks/db.lock " ] ||
+  die "real CLI: after the lock checks and gc, the state dir holds: $(cd "$lock_state" && find . -mindepth 1)"
 expect 125 "serve" -- serve
 grep -q 'not available on Windows' "$TMPDIR/cli/err" || die "real CLI: serve does not say it is not available"
 expect 0 "completions" -- completions powershell

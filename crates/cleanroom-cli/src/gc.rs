@@ -314,17 +314,12 @@ fn human_age(secs: u64) -> String {
     }
 }
 
-// Exclusive locks are flock-based (Unix); Windows has none yet (`run --exclusive` is refused
-// there), and its `list` shows an empty `locks`.
-
 /// The exclusive locks of the namespace and their holders.
-#[cfg(unix)]
 fn exclusive_locks(ns: &Namespace) -> cleanroom::Result<Vec<cleanroom::lock::LockInfo>> {
     cleanroom::lock::list(ns)
 }
 
 /// One line per exclusive lock, in `list`'s table.
-#[cfg(unix)]
 fn print_locks(locks: &[cleanroom::lock::LockInfo]) {
     for lock in locks {
         println!(
@@ -339,13 +334,3 @@ fn print_locks(locks: &[cleanroom::lock::LockInfo]) {
         );
     }
 }
-
-/// None on Windows.
-#[cfg(windows)]
-fn exclusive_locks<T>(_ns: &Namespace) -> cleanroom::Result<Vec<T>> {
-    Ok(Vec::new())
-}
-
-/// Nothing to print on Windows.
-#[cfg(windows)]
-fn print_locks<T>(_locks: &[T]) {}

@@ -11,8 +11,9 @@
 //! higher layer turns a lower layer's `always` off).
 //!
 //! Every platform reads the same options; the options only Linux has a backend for (signals,
-//! protection, network isolation, exclusive locks, private /tmp) are applied, or refused with a
-//! line that names them, by the platform's one private `os` child: never silently ignored.
+//! protection, network isolation, machine-scope locks, private /tmp) are applied, or refused
+//! with a line that names them, by the platform's one private `os` child: never silently
+//! ignored.
 
 #[cfg(target_os = "linux")]
 #[path = "options/linux.rs"]
@@ -28,6 +29,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use cleanroom::contain::ContainMode;
+use cleanroom::lock::LockScope;
 use cleanroom::run::{KeepRoot, LeakPolicy, RunBuilder};
 use serde::Deserialize;
 
@@ -456,6 +458,17 @@ impl RunOptions {
         b = set(b, self.keep_env, RunBuilder::keep_env);
         b = set(b, self.pure_home.then_some(true), RunBuilder::pure_home);
         b = set(b, self.pass_netrc.then_some(true), RunBuilder::pass_netrc);
+        b = set(b, self.exclusive, RunBuilder::exclusive);
+        b = set(
+            b,
+            self.lock_timeout.map(|d| Some(d.0)),
+            RunBuilder::lock_timeout,
+        );
+        b = set(
+            b,
+            self.lock_scope.map(LockScope::from),
+            RunBuilder::lock_scope,
+        );
         Ok(b)
     }
 
@@ -494,6 +507,15 @@ impl From<KeepRootArg> for KeepRoot {
             KeepRootArg::Always => KeepRoot::Always,
             KeepRootArg::OnFailure => KeepRoot::OnFailure,
             KeepRootArg::Never => KeepRoot::Never,
+        }
+    }
+}
+
+impl From<LockScopeArg> for LockScope {
+    fn from(arg: LockScopeArg) -> LockScope {
+        match arg {
+            LockScopeArg::User => LockScope::User,
+            LockScopeArg::Machine => LockScope::Machine,
         }
     }
 }

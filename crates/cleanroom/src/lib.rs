@@ -18,14 +18,16 @@
 #![deny(missing_docs)]
 #![cfg(any(target_os = "linux", target_os = "macos", windows))]
 
-// Parts on every platform (`contain`, `process`, `marker`, `namespace`, `root`, `remove` and
-// `env` pick their platform code inside), and `sys`: the FFI helpers of one platform's files.
+// Parts on every platform (`contain`, `process`, `marker`, `namespace`, `root`, `remove`,
+// `lock` and `env` pick their platform code inside), and `sys`: the FFI helpers of one
+// platform's files.
 pub mod contain;
 pub mod duration;
 pub mod env;
 mod error;
 pub mod exit;
 mod layout;
+pub mod lock;
 pub mod marker;
 pub mod namespace;
 pub mod process;
@@ -46,10 +48,6 @@ pub mod reclaim;
 pub mod report;
 #[cfg(any(target_os = "linux", windows))]
 pub mod run;
-
-// flock-based exclusive runs: POSIX, so Linux and macOS.
-#[cfg(unix)]
-pub mod lock;
 
 // Linux only: Landlock, cgroups, and what is built on them. macOS has no protection, doctor,
 // run, reclaim or report yet (docs/macos.md).

@@ -1,11 +1,10 @@
 //! The options only Linux has a backend for, applied: the timeout's signal, protection
-//! (Landlock), network isolation, exclusive locks and the private /tmp.
+//! (Landlock), network isolation, machine-scope locks and the private /tmp.
 
-use cleanroom::lock::LockScope;
 use cleanroom::protect::{NetMode, ProtectMode};
 use cleanroom::run::RunBuilder;
 
-use super::{set, LockScopeArg, NetArg, ProtectArg, RunOptions};
+use super::{set, NetArg, ProtectArg, RunOptions};
 
 /// A signal, as the library sends it.
 pub type Signal = rustix::process::Signal;
@@ -33,17 +32,6 @@ pub fn apply(options: &mut RunOptions, mut b: RunBuilder) -> anyhow::Result<RunB
         options.require_protection.then_some(true),
         RunBuilder::require_protection,
     );
-    b = set(b, options.exclusive.take(), RunBuilder::exclusive);
-    b = set(
-        b,
-        options.lock_timeout.take().map(|d| Some(d.0)),
-        RunBuilder::lock_timeout,
-    );
-    b = set(
-        b,
-        options.lock_scope.take().map(LockScope::from),
-        RunBuilder::lock_scope,
-    );
     b = set(b, options.share_tmp.take(), RunBuilder::share_tmp);
     b = set(
         b,
@@ -68,15 +56,6 @@ impl From<NetArg> for NetMode {
         match arg {
             NetArg::Host => NetMode::Host,
             NetArg::None => NetMode::None,
-        }
-    }
-}
-
-impl From<LockScopeArg> for LockScope {
-    fn from(arg: LockScopeArg) -> LockScope {
-        match arg {
-            LockScopeArg::User => LockScope::User,
-            LockScopeArg::Machine => LockScope::Machine,
         }
     }
 }

@@ -1,12 +1,12 @@
 //! The options Windows has no backend for yet, refused with a line that names each one (exit
 //! 125 before anything starts), never silently ignored: the timeout's signal, protection beyond
-//! `off`, network isolation, exclusive locks and the private /tmp. What Windows does instead is
-//! in docs/windows.md.
+//! `off`, network isolation, machine-scope locks and the private /tmp. What Windows does instead
+//! is in docs/windows.md.
 
 use anyhow::bail;
 use cleanroom::run::RunBuilder;
 
-use super::{ContainArg, NetArg, ProtectArg, RunOptions};
+use super::{ContainArg, LockScopeArg, NetArg, ProtectArg, RunOptions};
 
 /// `--signal`'s word as given: Windows has no signals to send (see [`apply`]).
 pub type Signal = String;
@@ -21,7 +21,6 @@ pub fn parse_signal(text: &str) -> Result<Signal, String> {
 pub fn apply(options: &mut RunOptions, b: RunBuilder) -> anyhow::Result<RunBuilder> {
     const NO_PROTECTION: &str = "Windows has no write protection backend yet (Landlock is \
                                  Linux-only); use --protect off, or run on Linux";
-    const NO_LOCKS: &str = "exclusive locks have no Windows backend yet";
     const NO_PRIVATE_TMP: &str = "Windows has no private /tmp (TEMP and TMP already point \
                                   inside the root)";
     let given = |list: &Option<Vec<_>>| list.as_ref().is_some_and(|l: &Vec<_>| !l.is_empty());
@@ -54,14 +53,11 @@ pub fn apply(options: &mut RunOptions, b: RunBuilder) -> anyhow::Result<RunBuild
     if let Some(NetArg::None) = options.net {
         bail!("--net none: Windows has no network isolation backend yet; use --net host");
     }
-    if options.exclusive.as_ref().is_some_and(|l| !l.is_empty()) {
-        bail!("--exclusive: {NO_LOCKS}");
-    }
-    if options.lock_timeout.is_some() {
-        bail!("--lock-timeout: {NO_LOCKS}");
-    }
-    if options.lock_scope.is_some() {
-        bail!("--lock-scope: {NO_LOCKS}");
+    if let Some(LockScopeArg::Machine) = options.lock_scope {
+        bail!(
+            "--lock-scope machine: Windows has no lock directory shared by every user (exclusive \
+             locks are the user's own); use --lock-scope user"
+        );
     }
     if given(&options.share_tmp) {
         bail!("--share-tmp: {NO_PRIVATE_TMP}");

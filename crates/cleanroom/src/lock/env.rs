@@ -2,12 +2,12 @@
 //! environment once (the variables are described in the module doc of `cleanroom::lock`).
 //!
 //! Invariant: a machine lock directory is used only by an absolute path, so no run's working
-//! directory decides which runs it excludes.
+//! directory decides which runs it excludes (checked where it is opened, `unix.rs`).
 
 use std::path::{Path, PathBuf};
 
 use super::token::Capabilities;
-use crate::error::{Error, Result};
+use crate::error::Error;
 
 /// Environment variable carrying inherited nested-run capabilities (format in the module doc).
 pub const TOKENS_ENV: &str = "CLEANROOM_LOCK_TOKENS";
@@ -60,14 +60,11 @@ impl Capabilities {
     }
 }
 
-/// Refuses a relative machine lock directory.
-pub(super) fn check_machine_path(path: &Path) -> Result<()> {
-    if path.is_absolute() {
-        Ok(())
-    } else {
-        Err(Error::Invalid(format!(
-            "the machine lock directory must be an absolute path, not {} (set by {MACHINE_DIR_ENV}?)",
-            path.display()
-        )))
-    }
+/// The error of a user lock directory [`USER_LOCK_DIR_ENV`] names, saying where it came from.
+pub(super) fn named_user_dir(dir: &Path, error: Error) -> Error {
+    Error::Invalid(format!(
+        "the user lock directory {} ({USER_LOCK_DIR_ENV}, set by an enclosing run) cannot be \
+         used: {error}",
+        dir.display()
+    ))
 }

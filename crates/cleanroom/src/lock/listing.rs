@@ -1,23 +1,20 @@
 //! Owner records: who holds a lock, for messages and `cleanroom list` only. Written by the
 //! holder ([`owner_record`]), read back by anyone ([`list`], the waiting notice) and never
-//! trusted: a record is shown only if it is a regular file of the uid its name says, at most
-//! [`MAX_RECORD_BYTES`], consistent with its name and directory, and its writer is alive only if
-//! it still holds the record open under `flock` and is not provably dead. Text from records is
-//! escaped before it is shown (records in the machine directory come from other users).
+//! trusted: a record is shown only if it is a regular file of the user its name says (on
+//! Windows: in the user's own lock directory), at most [`MAX_RECORD_BYTES`], consistent with its
+//! name and directory, and its writer is alive only if it still holds its kernel lock on the
+//! record and is not provably dead. Text from records is escaped before it is shown (records in
+//! the machine directory come from other users).
 
-use std::fs::{File, TryLockError};
-use std::io::Read;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use super::dir::LockDir;
 use super::env::LockEnv;
-use super::{valid_name, LockOwner, LockScope};
-use crate::error::IoContext;
+use super::os::{record_held_open, LockDir};
+use super::{user_from_key, valid_name, LockOwner, LockScope, Published};
 use crate::error::{Error, Result};
-use crate::namespace::Namespace;
+use crate::namespace::{Namespace, User};
 use crate::process::{Host, ProcessId};
 use crate::text::escape_controls as shown;
 
@@ -33,8 +30,11 @@ pub(super) const MAX_RECORD_BYTES: u64 = 64 * 1024;
 const MAX_SHOWN_COMMAND: usize = 200;
 
 /// The owner record beside a held lock. Written by the holder; trusted by nobody.
+///
+/// In the file (and in `list --json`) the user is `euid` on Unix and `owner_sid` on Windows,
+/// exactly one of the two, in `euid`'s place, as in a root's marker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RecordWire", into = "RecordWire")]
 pub struct OwnerRecord {
     /// Always [`RECORD_FORMAT`].
     pub format: String,
@@ -46,8 +46,8 @@ pub struct OwnerRecord {
     pub scope: LockScope,
     /// The holding run's id.
     pub run_id: String,
-    /// Effective uid of the holder (also the record file's owner).
-    pub euid: u32,
+    /// The holder's user: its effective uid (also the record file's owner), or its user SID.
+    pub user: User,
     /// The holding process: pid and start time.
     pub owner: ProcessId,
     /// Boot, pid namespace and host of the holder.
@@ -56,6 +56,74 @@ pub struct OwnerRecord {
     pub since_unix_ms: u64,
     /// The holding run's command.
     pub command: Vec<String>,
+}
+
+/// An owner record as it is written: the user is `euid` or `owner_sid`, exactly one of them,
+/// in this place of the field order (Unix's text is byte for byte that of the builds before
+/// Windows had locks).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordWire {
+    format: String,
+    version: u32,
+    name: String,
+    scope: LockScope,
+    run_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    euid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner_sid: Option<String>,
+    owner: ProcessId,
+    host: Host,
+    since_unix_ms: u64,
+    command: Vec<String>,
+}
+
+impl TryFrom<RecordWire> for OwnerRecord {
+    type Error = &'static str;
+
+    fn try_from(wire: RecordWire) -> Result<OwnerRecord, &'static str> {
+        let user = match (wire.euid, wire.owner_sid) {
+            (Some(uid), None) => User::Uid(uid),
+            (None, Some(sid)) => User::Sid(sid),
+            (None, None) => return Err("it names no user (`euid` or `owner_sid`)"),
+            (Some(_), Some(_)) => return Err("it names two users (`euid` and `owner_sid`)"),
+        };
+        Ok(OwnerRecord {
+            format: wire.format,
+            version: wire.version,
+            name: wire.name,
+            scope: wire.scope,
+            run_id: wire.run_id,
+            user,
+            owner: wire.owner,
+            host: wire.host,
+            since_unix_ms: wire.since_unix_ms,
+            command: wire.command,
+        })
+    }
+}
+
+impl From<OwnerRecord> for RecordWire {
+    fn from(record: OwnerRecord) -> RecordWire {
+        let (euid, owner_sid) = match record.user {
+            User::Uid(uid) => (Some(uid), None),
+            User::Sid(sid) => (None, Some(sid)),
+        };
+        RecordWire {
+            format: record.format,
+            version: record.version,
+            name: record.name,
+            scope: record.scope,
+            run_id: record.run_id,
+            euid,
+            owner_sid,
+            owner: record.owner,
+            host: record.host,
+            since_unix_ms: record.since_unix_ms,
+            command: record.command,
+        }
+    }
 }
 
 /// One owner record found by [`list`].
@@ -108,11 +176,16 @@ pub fn list_in(ns: &Namespace, env: &LockEnv) -> Result<Vec<LockInfo>> {
         }
     }
     out.sort_by(|a, b| {
-        (a.record.scope, &a.record.name, a.record.euid).cmp(&(
-            b.record.scope,
-            &b.record.name,
-            b.record.euid,
-        ))
+        let key = |info: &LockInfo| {
+            let r = &info.record;
+            (
+                r.scope,
+                r.name.clone(),
+                r.user.uid(),
+                super::user_key(&r.user),
+            )
+        };
+        key(a).cmp(&key(b))
     });
     Ok(out)
 }
@@ -129,7 +202,7 @@ pub(super) fn owner_record(dir: &LockDir, name: &str, owner: &LockOwner) -> Resu
         name: name.to_string(),
         scope: dir.scope,
         run_id: owner.run_id.clone(),
-        euid: dir.euid,
+        user: dir.user(),
         owner: ProcessId::current().map_err(|e| Error::sys("identify this process", e))?,
         host: Host::current().map_err(|e| Error::sys("identify this host", e))?,
         since_unix_ms,
@@ -157,16 +230,10 @@ impl LockDir {
     /// The well-formed owner records in this directory (of `only` that name, if given).
     /// Malformed, foreign-looking or unreadable records are skipped: they are never trusted.
     pub(super) fn records(&self, only: Option<&str>) -> Result<Vec<LockInfo>> {
-        let mut entries =
-            rustix::fs::Dir::read_from(&self.fd).at("read lock directory", &self.path)?;
         let here = Host::current().ok();
         let mut out = Vec::new();
-        while let Some(entry) = entries.read() {
-            let entry = entry.at("read lock directory", &self.path)?;
-            let Ok(file_name) = entry.file_name().to_str() else {
-                continue;
-            };
-            let Some((name, uid)) = file_name
+        for file_name in self.file_names()? {
+            let Some((name, key)) = file_name
                 .strip_suffix(".json")
                 .and_then(|stem| stem.rsplit_once(".owner."))
             else {
@@ -175,10 +242,10 @@ impl LockDir {
             if only.is_some_and(|n| n != name) || !valid_name(name) {
                 continue;
             }
-            let Ok(uid) = uid.parse::<u32>() else {
+            let Some(user) = user_from_key(key) else {
                 continue;
             };
-            out.extend(self.read_record(file_name, name, uid, here.as_ref()));
+            out.extend(self.read_record(&file_name, name, user, here.as_ref()));
         }
         Ok(out)
     }
@@ -187,41 +254,21 @@ impl LockDir {
         &self,
         file_name: &str,
         name: &str,
-        uid: u32,
+        user: User,
         here: Option<&Host>,
     ) -> Option<LockInfo> {
-        let fd = rustix::fs::openat(
-            &self.fd,
-            file_name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
-        let st = rustix::fs::fstat(&fd).ok()?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
-            || st.st_uid != uid
-            || st.st_size as u64 > MAX_RECORD_BYTES
-        {
-            return None;
-        }
-        let mut file = File::from(fd);
-        let mut text = String::new();
-        (&mut file)
-            .take(MAX_RECORD_BYTES)
-            .read_to_string(&mut text)
-            .ok()?;
+        let (file, text) = self.read_published(file_name, &user, Published::Record)?;
         let record: OwnerRecord = serde_json::from_str(&text).ok()?;
         let consistent = record.format == RECORD_FORMAT
             && record.version == RECORD_VERSION
             && record.name == name
             && record.scope == self.scope
-            && record.euid == uid;
+            && record.user == user;
         if !consistent {
             return None;
         }
-        // The writer holds LOCK_EX on its record until it releases; if we can take a shared lock,
-        // nobody holds the record open any more.
-        let held_open = matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock));
+        // The writer holds its kernel lock on the record until it releases (see the os child).
+        let held_open = record_held_open(&file);
         let not_dead = here.is_none_or(|here| !record.owner.liveness(&record.host, here).is_dead());
         Some(LockInfo {
             writer_alive: held_open && not_dead,
@@ -262,6 +309,50 @@ fn since(unix_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_names_its_user_as_euid_on_unix_and_owner_sid_on_windows() {
+        let record = |user| OwnerRecord {
+            format: RECORD_FORMAT.into(),
+            version: RECORD_VERSION,
+            name: "db".into(),
+            scope: LockScope::User,
+            run_id: "r".into(),
+            user,
+            owner: ProcessId {
+                pid: 7,
+                start_time: 8,
+            },
+            host: Host {
+                boot_id: "b".into(),
+                pid_ns: 0,
+                hostname: "h".into(),
+            },
+            since_unix_ms: 9,
+            command: vec!["true".into()],
+        };
+        let unix = serde_json::to_string(&record(User::Uid(1000))).unwrap();
+        // Byte for byte the record of the builds before Windows had locks.
+        assert_eq!(
+            unix,
+            r#"{"format":"cleanroom-lock-owner","version":1,"name":"db","scope":"user","run_id":"r","euid":1000,"owner":{"pid":7,"start_time":8},"host":{"boot_id":"b","pid_ns":0,"hostname":"h"},"since_unix_ms":9,"command":["true"]}"#
+        );
+        let windows = unix.replace(r#""euid":1000"#, r#""owner_sid":"S-1-5-21-1-2-3-1001""#);
+        for (text, user) in [
+            (&unix, User::Uid(1000)),
+            (&windows, User::Sid("S-1-5-21-1-2-3-1001".into())),
+        ] {
+            let read: OwnerRecord = serde_json::from_str(text).unwrap();
+            assert_eq!(read, record(user));
+            assert_eq!(&serde_json::to_string(&read).unwrap(), text);
+        }
+        let both = unix.replace(r#""euid":1000"#, r#""euid":1000,"owner_sid":"S-1-5-21-1""#);
+        let none = unix.replace(r#""euid":1000,"#, "");
+        let other = unix.replace(r#""euid":1000"#, r#""euid":1000,"uid":1"#);
+        for bad in [both, none, other] {
+            assert!(serde_json::from_str::<OwnerRecord>(&bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_shown_command_is_escaped_and_bounded() {

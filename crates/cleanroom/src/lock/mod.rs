@@ -6,24 +6,29 @@
 //!
 //! | file | written by | mode (user / machine) | what it is |
 //! |---|---|---|---|
-//! | `NAME.lock` | whoever first needs it; never truncated, deleted only by the sweep while it holds it | 0600 / 0644 | `flock(LOCK_EX)` on it *is* the lock |
+//! | `NAME.lock` | whoever first needs it; never truncated, deleted only by the sweep while it holds it | 0600 / 0644 | the kernel lock on it (`flock(LOCK_EX)`; Windows: `LockFileEx`) *is* the lock |
 //! | `NAME.owner.UID.json` | the holder, after acquiring (temp file + rename); removed on release | 0600 / 0644 | who holds it: for messages and `list` only |
 //! | `NAME.token.UID` | the holder, before its owner record; removed on release | 0600 / 0600 | the SHA-256 of the secret that lets the holder's nested runs join (`sha256:HEX`), never the secret |
 //!
-//! Lock names are 1 to 64 of `A-Z a-z 0-9 . _ -` and never start with a dot, so they cannot
-//! collide with each other's files nor with the dot-prefixed temporary files of a publication.
+//! UID is the effective uid on Unix and the user SID (`S-1-5-21-…`) on Windows (a
+//! [`User`], as a root's marker names it). Lock names are 1 to 64 of `A-Z a-z 0-9 . _ -` and
+//! never start with a dot, so they cannot collide with each other's files nor with the
+//! dot-prefixed temporary files of a publication.
 //!
 //! Invariants:
-//! - The kernel lock is the only truth about who holds a name. Lock files are opened
-//!   `O_NOFOLLOW | O_CLOEXEC` (children never inherit the lock, so it dies with the holder) and
-//!   are never truncated. One is deleted only by the sweep of `cleanroom gc` (`sweep.rs`) while
+//! - The kernel lock is the only truth about who holds a name: `std`'s [`File::try_lock`] on
+//!   the lock file, `flock(LOCK_EX)` on Unix and `LockFileEx` over the whole file on Windows.
+//!   Lock files are opened so that children never inherit them (`O_NOFOLLOW | O_CLOEXEC`; on
+//!   Windows a handle that is not inheritable), so the lock dies with the holder, and are never
+//!   truncated. One is deleted only by the sweep of `cleanroom gc` (Unix's `sweep.rs`) while
 //!   the sweep holds its lock, and a run that takes a lock checks afterwards that the name still
 //!   denotes the file it locked (else it opens the name again): a run that waited on a deleted
 //!   file never holds it beside a run that locked its successor.
-//! - An owner record is never proof of holding. Its writer keeps it open with `flock(LOCK_EX)`
-//!   for as long as it holds the lock, so "the writer is alive" is a kernel fact as well (and
-//!   holds across pid namespaces); a record whose lock is free, or whose pid is provably dead, is
-//!   described as stale and never trusted.
+//! - An owner record is never proof of holding. Its writer keeps a kernel lock on it for as
+//!   long as it holds the lock (`flock(LOCK_EX)`; Windows: an exclusive `LockFileEx` on a byte
+//!   beyond its content, so that readers can still read it), so "the writer is alive" is a
+//!   kernel fact as well (and holds across pid namespaces); a record whose lock is free, or
+//!   whose pid is provably dead, is described as stale and never trusted.
 //! - Several names are taken in sorted order, so runs asking for `{a, b}` and `{b, a}` cannot
 //!   deadlock; a failed or timed-out request releases what it had taken and started nothing.
 //! - A run joins as a *member* only when the SHA-256 of its inherited token for that scope and
@@ -69,45 +74,63 @@
 //! Machine locks coordinate cooperating users; they are not a security boundary: the owner of the
 //! directory or of a lock file can always break them by deleting files.
 //!
+//! # Windows
+//! User-scope locks, waiting, `--lock-timeout`, owner records, [`list`] and nested-run
+//! membership work as above, in `locks\` of the user's namespace (a directory verified like
+//! the namespace: owned by the user SID, no reparse point, held open without
+//! `FILE_SHARE_DELETE` while in use). Lock files are opened without `FILE_SHARE_DELETE` either,
+//! so nobody renames or deletes one while a run holds or waits on it. What Windows has no
+//! backend for is refused: [`LockScope::Machine`] (there is no machine lock directory shared
+//! by every user), and [`sweep`] (`cleanroom gc` leaves `locks\` alone; a crashed holder's
+//! record and token file stay, described as stale, until the name's next holder replaces
+//! them). The per-file checks that Unix makes with `fstat` (owner uid, mode) are not made on
+//! Windows: what is in `locks\` is trusted as far as the namespace's ACL keeps others out.
+//!
 //! # Parts
 //! - `token.rs`: the nested-run capability ([`Capabilities`], the secret token) and the only
 //!   check that lets a run join as a member;
 //! - `env.rs`: [`LockEnv`], where the lock directories are and what was inherited, from the
 //!   process environment;
-//! - `dir.rs`: opening, creating and verifying a lock directory, and the files in it (lock
-//!   files, publication by rename, removal of only what we hold);
 //! - `listing.rs`: owner records (written, read back without trust, described) and [`list`];
-//! - `sweep.rs`: [`sweep`], what `cleanroom gc` removes from the namespace's `locks/` (anything
-//!   that cannot be lock state, and the files of locks nobody holds);
-//! - this file: the public API, taking and releasing locks ([`acquire`], [`HeldLocks`]).
+//! - the private `os` child, picked once: opening, creating and verifying a lock directory, and
+//!   the files in it (lock files, publication by rename, reading without following links,
+//!   removal of only what we hold), and the kernel lock that proves a record's writer alive:
+//!   `unix.rs` (descriptor-relative, with its child `sweep.rs`: [`sweep`], what `cleanroom gc`
+//!   removes from the namespace's `locks/`), `windows.rs`;
+//! - this file: the public API, taking and releasing locks ([`acquire`], [`HeldLocks`]), and the
+//!   names of a lock's files.
 
-mod dir;
 mod env;
 mod listing;
-mod sweep;
+#[cfg(unix)]
+#[path = "unix.rs"]
+mod os;
+#[cfg(windows)]
+#[path = "windows.rs"]
+mod os;
 mod token;
 
 use std::fmt;
 use std::fs::{File, TryLockError};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::fs::Mode;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::namespace::Namespace;
+use crate::namespace::{Namespace, User};
 
-use dir::{lock_name, record_name, remove_if_same, token_name, LockDir};
 pub use env::{
     LockEnv, DEFAULT_MACHINE_DIR, MACHINE_DIR_ENV, PRIVATE_TMP_ENV, TOKENS_ENV, USER_LOCK_DIR_ENV,
 };
 use listing::owner_record;
 pub use listing::{list, list_in, LockInfo, OwnerRecord, RECORD_FORMAT, RECORD_VERSION};
-pub use sweep::{sweep, Sweep};
+pub use os::sweep;
+use os::LockDir;
 pub use token::Capabilities;
-use token::Token;
+use token::{Token, TokenHash};
 
 /// How often a waiter repeats whom it is waiting for (the first notice goes out at once).
 pub const NOTICE_INTERVAL: Duration = Duration::from_secs(60);
@@ -131,14 +154,6 @@ impl LockScope {
         match self {
             LockScope::User => "user",
             LockScope::Machine => "machine",
-        }
-    }
-
-    /// Mode of lock files and owner records: private to the user, or readable by every waiter.
-    fn shared_file_mode(self) -> Mode {
-        match self {
-            LockScope::User => Mode::from_raw_mode(0o600),
-            LockScope::Machine => Mode::from_raw_mode(0o644),
         }
     }
 }
@@ -191,6 +206,15 @@ pub enum LockRole {
     Holder,
     /// An enclosing run holds the lock; this run presented its token and runs inside it.
     Member,
+}
+
+/// What a sweep of `locks/` removed (or would), and what it could not (see [`sweep`]).
+#[derive(Clone, Debug, Default)]
+pub struct Sweep {
+    /// Paths removed (in a dry run: that would be).
+    pub removed: Vec<PathBuf>,
+    /// Entries left, with the reason.
+    pub errors: Vec<String>,
 }
 
 /// Locks held (or joined) by this run; released on drop.
@@ -260,10 +284,10 @@ impl Drop for HeldLocks {
 impl Holding {
     /// Withdraws the record (so no waiter names a finished run), then the token, then unlocks.
     fn release(self, name: &str) {
-        let euid = self.dir.euid;
+        let user = self.dir.user();
         for (file_name, file) in [
-            (record_name(name, euid), &self.record),
-            (token_name(name, euid), &self.token_file),
+            (record_name(name, &user), &self.record),
+            (token_name(name, &user), &self.token_file),
         ] {
             if let Err(e) = remove_if_same(&self.dir, &file_name, file) {
                 tracing::warn!(
@@ -272,7 +296,7 @@ impl Holding {
                 );
             }
         }
-        if let Err(e) = self.lock.unlock() {
+        if let Err(e) = os::unlock(&self.lock) {
             // Closing the descriptor, just below, releases it anyway.
             tracing::warn!(
                 "cannot unlock {}: {e}",
@@ -413,14 +437,18 @@ fn take(
     }
 }
 
-/// Whether `token` lets this process join `name`: the live holder has our euid and its
+/// Whether `token` lets this process join `name`: the live holder is our user and its
 /// private token file holds the hash of exactly this token.
 fn may_join(dir: &LockDir, name: &str, token: &Token) -> Result<bool> {
+    let user = dir.user();
     let live_holder = dir
         .records(Some(name))?
         .iter()
-        .any(|info| info.writer_alive && info.record.euid == dir.euid);
-    Ok(live_holder && dir.read_token_hash(name).is_some_and(|h| h.admits(token)))
+        .any(|info| info.writer_alive && info.record.user == user);
+    let hash = dir
+        .read_published(&token_name(name, &user), &user, Published::Token)
+        .and_then(|(_, text)| TokenHash::parse_file(&text));
+    Ok(live_holder && hash.is_some_and(|h| h.admits(token)))
 }
 
 /// Called with the kernel lock taken: publishes the token, then the record, and keeps both.
@@ -431,26 +459,21 @@ fn become_holder(
     owner: &LockOwner,
 ) -> Result<HeldLock> {
     let token = Token::random()?;
+    let user = dir.user();
     let token_file = dir.publish(
-        &token_name(name, dir.euid),
+        &token_name(name, &user),
         token.hash().file_text().as_bytes(),
-        Mode::from_raw_mode(0o600),
-        false,
+        Published::Token,
     )?;
     let record = match owner_record(dir, name, owner).and_then(|record| {
         let mut bytes = serde_json::to_vec(&record)
             .map_err(|e| Error::Invalid(format!("cannot encode the owner record: {e}")))?;
         bytes.push(b'\n');
-        dir.publish(
-            &record_name(name, dir.euid),
-            &bytes,
-            dir.scope.shared_file_mode(),
-            true,
-        )
+        dir.publish(&record_name(name, &user), &bytes, Published::Record)
     }) {
         Ok(record) => record,
         Err(e) => {
-            let _ = remove_if_same(dir, &token_name(name, dir.euid), &token_file);
+            let _ = remove_if_same(dir, &token_name(name, &user), &token_file);
             return Err(e);
         }
     };
@@ -465,4 +488,95 @@ fn become_holder(
             token_file,
         }),
     })
+}
+
+// The files of a lock, named here for every platform; the `os` child opens, publishes, reads
+// and removes them.
+
+/// Which published file of a lock: how it is written, read and bounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Published {
+    /// `NAME.token.UID`: private to its owner, one line.
+    Token,
+    /// `NAME.owner.UID.json`: readable by every waiter of the scope, held by its writer.
+    Record,
+}
+
+impl Published {
+    /// What a file of this kind may hold at most; a larger one is ignored unread.
+    fn max_bytes(self) -> u64 {
+        match self {
+            Published::Token => MAX_TOKEN_FILE_BYTES,
+            Published::Record => listing::MAX_RECORD_BYTES,
+        }
+    }
+}
+
+/// Token files are one short line (`sha256:` and 64 hex digits, or an older bare token).
+const MAX_TOKEN_FILE_BYTES: u64 = 128;
+
+fn lock_name(name: &str) -> String {
+    format!("{name}.lock")
+}
+
+fn record_name(name: &str, user: &User) -> String {
+    format!("{name}.owner.{}.json", user_key(user))
+}
+
+fn token_name(name: &str, user: &User) -> String {
+    format!("{name}.token.{}", user_key(user))
+}
+
+/// The user as the file names of a lock say it: the uid in decimal, or the SID.
+fn user_key(user: &User) -> String {
+    match user {
+        User::Uid(uid) => uid.to_string(),
+        User::Sid(sid) => sid.clone(),
+    }
+}
+
+/// The user a file name's key says ([`user_key`]'s inverse): digits are a uid, `S-` and
+/// digits and dashes a SID; anything else names nobody.
+fn user_from_key(key: &str) -> Option<User> {
+    if !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit()) {
+        return key.parse().ok().map(User::Uid);
+    }
+    let sid = key.strip_prefix("S-")?;
+    (!sid.is_empty() && sid.bytes().all(|b| b.is_ascii_digit() || b == b'-'))
+        .then(|| User::Sid(key.to_string()))
+}
+
+/// Removes `file_name` from `dir` if it is still the file we hold open.
+fn remove_if_same(dir: &LockDir, file_name: &str, ours: &File) -> Result<()> {
+    if dir.still_names(file_name, ours)? {
+        dir.remove(file_name)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_say_the_user_and_nothing_else() {
+        let uid = User::Uid(1000);
+        let sid = User::Sid("S-1-5-21-1-2-3-1001".into());
+        assert_eq!(record_name("db", &uid), "db.owner.1000.json");
+        assert_eq!(token_name("db", &sid), "db.token.S-1-5-21-1-2-3-1001");
+        for user in [uid, sid, User::Uid(0)] {
+            assert_eq!(user_from_key(&user_key(&user)), Some(user));
+        }
+        for junk in [
+            "",
+            "S-",
+            "s-1-5",
+            "1000x",
+            "S-1-5.json",
+            "-1",
+            "99999999999",
+        ] {
+            assert_eq!(user_from_key(junk), None, "{junk}");
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! cannot be lock state, and the files of a lock nobody holds, are removed; a lock file nobody
 //! needs stays (empty, one per name, as [`acquire`](super::acquire) leaves it).
 //!
-//! Lock state is what `dir.rs` writes, for a valid lock NAME and the effective uid: `NAME.lock`
+//! Lock state is what `unix.rs` writes, for a valid lock NAME and the effective uid: `NAME.lock`
 //! (empty), `NAME.owner.UID.json` (at most 64 KiB), `NAME.token.UID` (one line), and the
 //! temporary files of their publication (`.NAME.owner.UID.json.HEX.tmp`, `.NAME.token.UID.HEX.tmp`),
 //! each a regular file of the effective uid with one link. Anything else is removed: another
@@ -30,31 +30,17 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, TryLockError};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::PathBuf;
 
 use rustix::fs::{AtFlags, Dev, FileType, Mode, OFlags};
 
-use super::dir::{mount_id, LockDir};
-use super::listing::MAX_RECORD_BYTES;
-use super::token::Token;
-use super::valid_name;
+use super::{mount_id, LockDir};
 use crate::error::Result;
+use crate::lock::token::Token;
+use crate::lock::{lock_name, valid_name, Published, Sweep};
 use crate::marker::MARKER_FILE;
 use crate::namespace::Namespace;
 
-/// Token files are one short line (`sha256:` and 64 hex digits, or an older bare token).
-const MAX_TOKEN_FILE_BYTES: u64 = 128;
-
-/// What a sweep removed (or would), and what it could not.
-#[derive(Clone, Debug, Default)]
-pub struct Sweep {
-    /// Paths removed (in a dry run: that would be).
-    pub removed: Vec<PathBuf>,
-    /// Entries left, with the reason.
-    pub errors: Vec<String>,
-}
-
-/// Sweeps `locks/` of `ns` (not a directory [`USER_LOCK_DIR_ENV`](super::USER_LOCK_DIR_ENV)
+/// Sweeps `locks/` of `ns` (not a directory [`USER_LOCK_DIR_ENV`](crate::lock::USER_LOCK_DIR_ENV)
 /// names): see the module docs. A namespace without `locks/` has nothing to sweep.
 pub fn sweep(ns: &Namespace, dry_run: bool) -> Result<Sweep> {
     let mut sweep = Sweep::default();
@@ -91,8 +77,8 @@ impl Part {
     fn max_bytes(self) -> u64 {
         match self {
             Part::Lock => 0,
-            Part::Token => MAX_TOKEN_FILE_BYTES,
-            Part::Record | Part::Temp => MAX_RECORD_BYTES,
+            Part::Token => Published::Token.max_bytes(),
+            Part::Record | Part::Temp => Published::Record.max_bytes(),
         }
     }
 }
@@ -272,7 +258,7 @@ fn lock_name_now(
     name: &str,
     found: Option<&Found>,
 ) -> Option<(File, Option<Found>)> {
-    let file_name = super::dir::lock_name(name);
+    let file_name = lock_name(name);
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let create = found.is_none();
     let fd = if create {

@@ -368,9 +368,6 @@ impl<'a> Lister<'a> {
     }
 }
 
-/// The exclusive locks `list` shows.
-pub use crate::lock::LockInfo;
-
 /// The bytes a file takes on disk.
 pub(super) fn allocated(m: &Metadata) -> u64 {
     m.blocks() * 512

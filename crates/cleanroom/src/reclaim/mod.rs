@@ -360,8 +360,8 @@ pub struct Listing {
     pub state_dir_bytes: Option<Vec<u8>>,
     /// Every entry, sorted by name.
     pub entries: Vec<Entry>,
-    /// The exclusive locks and their holders (none on Windows yet).
-    pub locks: Vec<os::LockInfo>,
+    /// The exclusive locks and their holders.
+    pub locks: Vec<crate::lock::LockInfo>,
 }
 
 /// Every entry of the namespace with its state; `sizes` adds disk usage (slower).

@@ -18,8 +18,6 @@ use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
 use std::path::Path;
 
-use serde::Serialize;
-
 use super::{
     dead_owner_verdict, disk_usage, pending_is_young, Budget, Clock, Entry, EntryState, GcOptions,
     GcSummary,
@@ -29,10 +27,6 @@ use crate::namespace::os::open_dir;
 use crate::namespace::{classify, EntryKind, Namespace};
 use crate::process::{Host, Liveness};
 use crate::remove::{self, Held, Persistence, RemovalStatus};
-
-/// The exclusive locks `list` shows: Windows has none yet, so there is never one.
-#[derive(Clone, Debug, Serialize)]
-pub enum LockInfo {}
 
 /// The bytes a file takes (its length: the allocation is not in `std`'s metadata).
 pub(super) fn allocated(m: &Metadata) -> u64 {
@@ -179,6 +173,9 @@ fn judge(
     };
     let (kind, id) = match classify(name) {
         (kind @ (EntryKind::Root | EntryKind::Pending), Some(id)) => (kind, id.to_string()),
+        (EntryKind::Locks, _) => {
+            return verdict(entry, EntryState::Locks, "exclusive-run locks".into())
+        }
         _ => return verdict(entry, EntryState::Foreign, "name is not cleanroom's".into()),
     };
     let path = ns.path().join(name);

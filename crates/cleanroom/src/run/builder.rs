@@ -28,7 +28,6 @@ use super::{KeepRoot, LeakPolicy, RunConfig};
 use crate::contain::ContainMode;
 use crate::env::{self, EnvOptions};
 use crate::error::{Error, Result};
-#[cfg(target_os = "linux")]
 use crate::lock::{LockRequest, LockScope};
 #[cfg(target_os = "linux")]
 use crate::protect::{NetMode, ProtectMode};
@@ -70,7 +69,6 @@ impl Default for RunConfig {
                 private_tmp: true,
                 share_tmp: Vec::new(),
             },
-            #[cfg(target_os = "linux")]
             locks: None,
             gc_budget: Budget::AT_RUN_START,
         }
@@ -99,7 +97,6 @@ impl RunConfig {
                 command: command.into_iter().map(Into::into).collect(),
                 ..RunConfig::default()
             },
-            #[cfg(target_os = "linux")]
             locks: LockRequest {
                 names: Vec::new(),
                 scope: LockScope::User,
@@ -115,7 +112,6 @@ impl RunConfig {
 pub struct RunBuilder {
     config: RunConfig,
     /// Names, scope and wait of `--exclusive`; a request is made only when names are given.
-    #[cfg(target_os = "linux")]
     locks: LockRequest,
 }
 
@@ -220,16 +216,33 @@ impl RunBuilder {
                     .into(),
             ));
         }
-        #[cfg(target_os = "linux")]
-        let config = RunConfig {
+        Ok(RunConfig {
             locks: (!self.locks.names.is_empty()).then_some(self.locks),
             ..config
-        };
-        Ok(config)
+        })
+    }
+
+    /// Exclusive locks to wait for and hold for the whole run (none: no lock).
+    pub fn exclusive<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
+        self.locks.names = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Where the exclusive locks live (Windows has only [`LockScope::User`]: a machine-scope
+    /// request fails when the run starts, before anything of it exists).
+    pub fn lock_scope(mut self, scope: LockScope) -> Self {
+        self.locks.scope = scope;
+        self
+    }
+
+    /// How long to wait for the exclusive locks (`None`: forever).
+    pub fn lock_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.locks.timeout = limit;
+        self
     }
 }
 
-/// What only Linux runs have today: protection, exclusive locks and the timeout's signal.
+/// What only Linux runs have today: protection and the timeout's signal.
 #[cfg(target_os = "linux")]
 impl RunBuilder {
     /// The first signal sent to every process of the run when the timeout fires (default TERM;
@@ -290,24 +303,6 @@ impl RunBuilder {
     /// Refuses to run when the kernel cannot enforce the protection asked for.
     pub fn require_protection(mut self, require: bool) -> Self {
         self.config.protect.require = require;
-        self
-    }
-
-    /// Exclusive locks to wait for and hold for the whole run (none: no lock).
-    pub fn exclusive<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
-        self.locks.names = names.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Where the exclusive locks live.
-    pub fn lock_scope(mut self, scope: LockScope) -> Self {
-        self.locks.scope = scope;
-        self
-    }
-
-    /// How long to wait for the exclusive locks (`None`: forever).
-    pub fn lock_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.locks.timeout = limit;
         self
     }
 }

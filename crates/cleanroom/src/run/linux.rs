@@ -25,13 +25,12 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use super::{
-    create_root, env_info, finish_root, spawn_status, Event, Outcome, Ran, RunConfig,
-    EXIT_OWN_FAILURE,
+    create_root, env_info, finish_root, pass_locks, spawn_status, take_locks, Event, Outcome, Ran,
+    RunConfig, EXIT_OWN_FAILURE,
 };
 use crate::contain::Container;
 use crate::env;
 use crate::error::{Error, Result};
-use crate::lock::{self, LockOwner};
 use crate::marker::Kept;
 use crate::namespace::Namespace;
 use crate::process::ProcessInfo;
@@ -112,18 +111,7 @@ pub(super) fn execute(
 ) -> Result<Ran> {
     // Locks come first, while signals still have their default effect: an interrupted or
     // timed-out wait leaves nothing behind, because nothing has been created yet.
-    let held_locks = match &config.locks {
-        Some(request) => lock::acquire(
-            &ns,
-            request,
-            &LockOwner {
-                run_id: run_id.to_owned(),
-                command: command_text.to_vec(),
-            },
-            &mut |line| events(Event::Waiting(line)),
-        )?,
-        None => lock::HeldLocks::default(),
-    };
+    let held_locks = take_locks(config, &ns, run_id, command_text, events)?;
     let mut signals = RunnerSignals::block()?;
     let mut container = Container::new(run_id, config.contain)?;
     tracing::info!(
@@ -163,12 +151,7 @@ pub(super) fn execute(
             return Err(e);
         }
     };
-    child_env.vars.extend(
-        held_locks
-            .child_env()
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into())),
-    );
+    pass_locks(&held_locks, &mut child_env);
 
     let mut command = Command::new(&config.command[0]);
     command

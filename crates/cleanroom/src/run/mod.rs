@@ -8,12 +8,13 @@
 //! - Linux (`linux.rs`, with its children `signals.rs` and `terminal.rs`): containment ladder,
 //!   watchdog, protection in the child, exclusive locks, signals read from a signalfd, the
 //!   terminal's foreground handed to the command;
-//! - Windows (`windows.rs`): a Job Object per run, Ctrl-C/Ctrl-Break counted by a console
-//!   handler (docs/windows.md).
+//! - Windows (`windows.rs`): exclusive locks, a Job Object per run, Ctrl-C/Ctrl-Break counted
+//!   by a console handler (docs/windows.md).
 //!
-//! Protection, exclusive locks and the timeout's signal are Linux's today (`protect` and `lock`
-//! have no Windows backend yet): their settings exist on Linux only, and the report's fields a
-//! platform cannot fill are `null` or empty there (see [`crate::report`]).
+//! Protection and the timeout's signal are Linux's today (`protect` has no Windows backend
+//! yet): their settings exist on Linux only, and the report's fields a platform cannot fill are
+//! `null` or empty there (see [`crate::report`]). Exclusive locks are taken by both platforms
+//! first, before anything of the run exists, and released once its processes are gone.
 //!
 //! Every platform:
 //! 1. opens the namespace and reclaims stale roots (bounded, [`RunConfig::gc_budget`]);
@@ -47,6 +48,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::contain::ContainMode;
 use crate::env::{self, EnvOptions};
 use crate::error::{Error, Result};
+use crate::lock::{self, HeldLocks, LockOwner};
 use crate::marker::Kept;
 use crate::namespace::Namespace;
 use crate::process::ProcessInfo;
@@ -123,8 +125,7 @@ pub struct RunConfig {
     /// Protection (Linux).
     #[cfg(target_os = "linux")]
     pub protect: ProtectSettings,
-    /// `--exclusive` locks, if any (Linux).
-    #[cfg(target_os = "linux")]
+    /// `--exclusive` locks, if any (Windows: user scope only).
     pub locks: Option<crate::lock::LockRequest>,
     /// Bound of the reclamation at start.
     pub gc_budget: Budget,
@@ -210,6 +211,37 @@ fn create_root(
         homes: homes.to_vec(),
     };
     Root::create(ns, run_id, &options)
+}
+
+/// Takes the exclusive locks `config` asks for (none: nothing held), telling `events` whom the
+/// run waits for. Every platform takes them first, before anything of the run exists, so a
+/// timed-out, refused or interrupted wait leaves nothing behind.
+fn take_locks(
+    config: &RunConfig,
+    ns: &Namespace,
+    run_id: &str,
+    command: &[String],
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<HeldLocks> {
+    let Some(request) = &config.locks else {
+        return Ok(HeldLocks::default());
+    };
+    let owner = LockOwner {
+        run_id: run_id.to_owned(),
+        command: command.to_vec(),
+    };
+    lock::acquire(ns, request, &owner, &mut |line| {
+        events(Event::Waiting(line))
+    })
+}
+
+/// Gives the command what its nested runs need to join the locks the run holds.
+fn pass_locks(held: &HeldLocks, child_env: &mut env::ChildEnv) {
+    child_env.vars.extend(
+        held.child_env()
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into())),
+    );
 }
 
 /// The environment decisions of the report.

@@ -1,15 +1,16 @@
 //! The lifecycle of a run on Windows (the `os` module of `run`):
-//! 1. create and publish the root, take the liveness lock;
+//! 1. take the exclusive locks (before anything exists: a timed-out wait leaves nothing); create
+//!    and publish the root, take the liveness lock;
 //! 2. build the child's environment (profile, temp and XDG dirs pinned inside the root);
 //! 3. spawn the command in a Job Object (suspended, assigned, resumed);
 //! 4. wait for its exit, the deadline, or Ctrl-C/Ctrl-Break (the console delivers those to the
 //!    command too; `--grace` later, or at a second one, the job is killed); on the deadline the
 //!    job is killed at once;
 //! 5. whatever is still active in the job after the main process exited is a leak: named, killed
-//!    with the job.
+//!    with the job; then the locks are released.
 //!
 //! The namespace, the reclamation at start, the end of the root, the exit status and the report
-//! are `run`'s (`mod.rs`). Protection and exclusive locks have no Windows backend yet.
+//! are `run`'s (`mod.rs`). Protection has no Windows backend yet.
 
 use std::os::windows::io::AsRawHandle;
 use std::process::Command;
@@ -20,7 +21,10 @@ use windows_sys::Win32::Foundation::{ERROR_BAD_EXE_FORMAT, WAIT_OBJECT_0};
 use windows_sys::Win32::System::Console::{SetConsoleCtrlHandler, CTRL_BREAK_EVENT, CTRL_C_EVENT};
 use windows_sys::Win32::System::Threading::WaitForSingleObject;
 
-use super::{create_root, env_info, finish_root, spawn_status, Event, Outcome, Ran, RunConfig};
+use super::{
+    create_root, env_info, finish_root, pass_locks, spawn_status, take_locks, Event, Outcome, Ran,
+    RunConfig,
+};
 use crate::contain::Job;
 use crate::env;
 use crate::error::{Error, Result};
@@ -52,11 +56,13 @@ pub(super) fn execute(
     command_text: &[String],
     events: &mut dyn FnMut(Event<'_>),
 ) -> Result<Ran> {
+    let held_locks = take_locks(config, &ns, run_id, command_text, events)?;
     let host = env::host_env();
     let homes = env::homes_needed(&host, &config.env.pins);
     let root = create_root(&ns, run_id, command_text, config, None, &homes)?;
     drop(ns);
-    let child_env = env::build(&host, root.layout(), root.path(), run_id, &config.env);
+    let mut child_env = env::build(&host, root.layout(), root.path(), run_id, &config.env);
+    pass_locks(&held_locks, &mut child_env);
     let job = match Job::new() {
         Ok(job) => job,
         Err(e) => {
@@ -92,7 +98,7 @@ pub(super) fn execute(
     }
     // SAFETY: removes the handler added above.
     unsafe { SetConsoleCtrlHandler(Some(on_console_event), 0) };
-    drop(job);
+    drop((job, held_locks));
     let exit = outcome.exit_info(config.on_leak, None);
     let root_path = root.path().to_path_buf();
     let (cleanup, kept_root) = finish_root(root, config, exit.status, false, events);

@@ -211,3 +211,74 @@ pub fn assign_to_new_job(process: BorrowedHandle<'_>) -> io::Result<OwnedHandle>
     check(unsafe { AssignProcessToJobObject(job.as_raw_handle(), process.as_raw_handle()) })?;
     Ok(job)
 }
+
+/// Tries to lock the `len` bytes at `offset` of the open file `file`, shared or exclusive,
+/// without waiting (`LockFileEx` with `LOCKFILE_FAIL_IMMEDIATELY`): `Ok(false)` when another
+/// handle holds a lock that conflicts. The range may lie beyond the end of the file. The lock
+/// belongs to this handle: Windows releases it when the handle is closed, also when its
+/// process dies; a lock beyond the content leaves the content readable by everyone.
+pub fn try_lock_range(
+    file: BorrowedHandle<'_>,
+    offset: u64,
+    len: u64,
+    exclusive: bool,
+) -> io::Result<bool> {
+    use windows_sys::Win32::Foundation::ERROR_LOCK_VIOLATION;
+    use windows_sys::Win32::Storage::FileSystem::{
+        LockFileEx, LOCKFILE_EXCLUSIVE_LOCK, LOCKFILE_FAIL_IMMEDIATELY,
+    };
+    let mut flags = LOCKFILE_FAIL_IMMEDIATELY;
+    if exclusive {
+        flags |= LOCKFILE_EXCLUSIVE_LOCK;
+    }
+    let (low, high) = (len as u32, (len >> 32) as u32);
+    // SAFETY: `file` is open for the duration of the call; `overlapped` is valid until the
+    // operation completes (`at_offset` waits for it).
+    let locked = at_offset(file, offset, |overlapped| unsafe {
+        LockFileEx(file.as_raw_handle(), flags, 0, low, high, overlapped)
+    });
+    match locked {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(ERROR_LOCK_VIOLATION as i32) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Releases the lock this handle holds on the `len` bytes at `offset` of `file` (`UnlockFileEx`;
+/// the range must be exactly one that was locked).
+pub fn unlock_range(file: BorrowedHandle<'_>, offset: u64, len: u64) -> io::Result<()> {
+    use windows_sys::Win32::Storage::FileSystem::UnlockFileEx;
+    let (low, high) = (len as u32, (len >> 32) as u32);
+    // SAFETY: `file` is open for the duration of the call; `overlapped` is valid until the
+    // operation completes (`at_offset` waits for it).
+    at_offset(file, offset, |overlapped| unsafe {
+        UnlockFileEx(file.as_raw_handle(), 0, low, high, overlapped)
+    })
+}
+
+/// Makes the call `op` with an `OVERLAPPED` naming `offset` of `file`, and waits for it to
+/// complete if `file` was opened for overlapped I/O (`ERROR_IO_PENDING`), so the structure
+/// outlives the operation whatever the handle.
+fn at_offset(
+    file: BorrowedHandle<'_>,
+    offset: u64,
+    op: impl FnOnce(*mut windows_sys::Win32::System::IO::OVERLAPPED) -> i32,
+) -> io::Result<()> {
+    use windows_sys::Win32::Foundation::ERROR_IO_PENDING;
+    use windows_sys::Win32::System::IO::{GetOverlappedResult, OVERLAPPED};
+    // SAFETY: plain old data; all-zero is a valid OVERLAPPED (no event), the offset set below.
+    let mut overlapped: OVERLAPPED = unsafe { std::mem::zeroed() };
+    overlapped.Anonymous.Anonymous.Offset = offset as u32;
+    overlapped.Anonymous.Anonymous.OffsetHigh = (offset >> 32) as u32;
+    match check(op(&mut overlapped)) {
+        Err(e) if e.raw_os_error() == Some(ERROR_IO_PENDING as i32) => {
+            let mut transferred = 0;
+            // SAFETY: `file` is open; `overlapped` is the structure of the pending operation,
+            // and waiting (TRUE) keeps it alive until that operation has completed.
+            check(unsafe {
+                GetOverlappedResult(file.as_raw_handle(), &overlapped, &mut transferred, 1)
+            })
+        }
+        result => result,
+    }
+}

@@ -1,5 +1,7 @@
-//! A lock directory, opened once and verified, and the files in it. Every later access is
-//! relative to the directory's descriptor, with `O_NOFOLLOW`.
+//! The lock directories on Unix (the `os` child of `lock`): a lock directory, opened once and
+//! verified, and the files in it. Every later access is relative to the directory's
+//! descriptor, with `O_NOFOLLOW`. The kernel lock is `flock`: on a lock file (`std`'s
+//! [`File::try_lock`], in `mod.rs`) and, held by the writer of an owner record, on the record.
 //!
 //! Invariants: the user directory is a private namespace directory of the effective user; the
 //! machine directory is a real directory, not a symbolic link, that others cannot empty (sticky
@@ -9,40 +11,42 @@
 //! while they are still the file we hold open. A token hash is read only from a private (no
 //! access for group or others) regular file of our euid.
 
-use std::fs::File;
+mod sweep;
+
+use std::fs::{File, TryLockError};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
-use super::env::check_machine_path;
-use super::env::{LockEnv, MACHINE_DIR_ENV, PRIVATE_TMP_ENV, USER_LOCK_DIR_ENV};
-use super::token::{Token, TokenHash};
-use super::LockScope;
+pub use sweep::sweep;
+
+use super::env::named_user_dir;
+use super::env::{LockEnv, MACHINE_DIR_ENV, PRIVATE_TMP_ENV};
+use super::token::Token;
+use super::{lock_name, LockScope, Published};
 use crate::error::IoContext;
 use crate::error::{Error, Result};
-use crate::namespace::{Namespace, LOCKS_DIR};
+use crate::namespace::{Namespace, User, LOCKS_DIR};
 
-pub(super) fn lock_name(name: &str) -> String {
-    format!("{name}.lock")
-}
-
-pub(super) fn record_name(name: &str, euid: u32) -> String {
-    format!("{name}.owner.{euid}.json")
-}
-
-pub(super) fn token_name(name: &str, euid: u32) -> String {
-    format!("{name}.token.{euid}")
-}
-
-/// Removes `file_name` from `dir` if it is still the file we hold open.
-pub(super) fn remove_if_same(dir: &LockDir, file_name: &str, ours: &File) -> Result<()> {
-    if dir.still_names(file_name, ours)? {
-        rustix::fs::unlinkat(&dir.fd, file_name, AtFlags::empty())
-            .at("remove", dir.path.join(file_name))?;
+/// Mode of lock files and owner records: private to the user, or readable by every waiter.
+fn shared_file_mode(scope: LockScope) -> Mode {
+    match scope {
+        LockScope::User => Mode::from_raw_mode(0o600),
+        LockScope::Machine => Mode::from_raw_mode(0o644),
     }
-    Ok(())
+}
+
+/// Releases the `flock` that `std`'s [`File::try_lock`] took on a lock file.
+pub(super) fn unlock(file: &File) -> std::io::Result<()> {
+    file.unlock()
+}
+
+/// Whether the owner record `file` is held open by its writer: it holds `flock(LOCK_EX)` until
+/// it releases, so a shared lock can be taken only once nobody holds the record open.
+pub(super) fn record_held_open(file: &File) -> bool {
+    matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock))
 }
 
 /// An opened, verified lock directory.
@@ -55,8 +59,13 @@ pub(super) struct LockDir {
 }
 
 impl LockDir {
-    /// Opens the directory of `scope`, creating it when needed (not one [`USER_LOCK_DIR_ENV`]
-    /// names: that must exist).
+    /// Who the files of this directory are written by: the effective user.
+    pub(super) fn user(&self) -> User {
+        User::Uid(self.euid)
+    }
+
+    /// Opens the directory of `scope`, creating it when needed (not one
+    /// [`USER_LOCK_DIR_ENV`](super::USER_LOCK_DIR_ENV) names: that must exist).
     pub(super) fn create(ns: &Namespace, scope: LockScope, env: &LockEnv) -> Result<LockDir> {
         let machine_dir = env.machine_dir.as_path();
         if scope == LockScope::Machine {
@@ -104,7 +113,8 @@ impl LockDir {
         LockDir::open_namespace_locks(ns)
     }
 
-    /// Opens `locks/` of the namespace itself if it exists (whatever [`USER_LOCK_DIR_ENV`] says).
+    /// Opens `locks/` of the namespace itself if it exists (whatever
+    /// [`USER_LOCK_DIR_ENV`](super::USER_LOCK_DIR_ENV) says).
     pub(super) fn open_namespace_locks(ns: &Namespace) -> Result<Option<LockDir>> {
         match rustix::fs::statat(ns.dir(), LOCKS_DIR, AtFlags::SYMLINK_NOFOLLOW) {
             Err(rustix::io::Errno::NOENT) => Ok(None),
@@ -202,7 +212,7 @@ impl LockDir {
         let file_name = lock_name(name);
         let path = || self.path.join(&file_name);
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let mode = self.scope.shared_file_mode();
+        let mode = shared_file_mode(self.scope);
         let fd = loop {
             match rustix::fs::openat(&self.fd, &file_name, flags, Mode::empty()) {
                 Ok(fd) => break fd,
@@ -236,37 +246,73 @@ impl LockDir {
         Ok(File::from(fd))
     }
 
-    /// Reads the token hash in our uid's token file for `name`, if it is a private regular file
-    /// of ours in the current format.
-    pub(super) fn read_token_hash(&self, name: &str) -> Option<TokenHash> {
+    /// The published file `file_name` of `what` kind, opened and read (at most its
+    /// [`Published::max_bytes`]), if it is a regular file of `owner` (a token file also private
+    /// to it: no access for group or others); `None` for anything else, never followed.
+    pub(super) fn read_published(
+        &self,
+        file_name: &str,
+        owner: &User,
+        what: Published,
+    ) -> Option<(File, String)> {
         let fd = rustix::fs::openat(
             &self.fd,
-            token_name(name, self.euid),
+            file_name,
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .ok()?;
         let st = rustix::fs::fstat(&fd).ok()?;
-        let private_file = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-            && st.st_uid == self.euid
-            && st.st_mode & 0o077 == 0;
-        if !private_file {
+        let ours = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+            && Some(st.st_uid) == owner.uid()
+            && st.st_size as u64 <= what.max_bytes()
+            && (what != Published::Token || st.st_mode & 0o077 == 0);
+        if !ours {
             return None;
         }
+        let mut file = File::from(fd);
         let mut text = String::new();
-        File::from(fd).take(128).read_to_string(&mut text).ok()?;
-        TokenHash::parse_file(&text)
+        (&mut file)
+            .take(what.max_bytes())
+            .read_to_string(&mut text)
+            .ok()?;
+        Some((file, text))
     }
 
-    /// Writes `contents` to a fresh temporary file of `mode` and renames it to `file_name`,
-    /// optionally holding `flock(LOCK_EX)` on it (owner records: proof their writer lives).
+    /// The names of the entries of this directory that are valid UTF-8 (no other can be a file
+    /// of a lock).
+    pub(super) fn file_names(&self) -> Result<Vec<String>> {
+        let mut entries =
+            rustix::fs::Dir::read_from(&self.fd).at("read lock directory", &self.path)?;
+        let mut names = Vec::new();
+        while let Some(entry) = entries.read() {
+            let entry = entry.at("read lock directory", &self.path)?;
+            if let Ok(name) = entry.file_name().to_str() {
+                names.push(name.to_string());
+            }
+        }
+        Ok(names)
+    }
+
+    /// Removes `file_name` (not followed).
+    pub(super) fn remove(&self, file_name: &str) -> Result<()> {
+        rustix::fs::unlinkat(&self.fd, file_name, AtFlags::empty())
+            .at("remove", self.path.join(file_name))
+    }
+
+    /// Writes `contents` to a fresh temporary file and renames it to `file_name`: a token file
+    /// of mode 0600, or an owner record of the scope's mode on which this process then holds
+    /// `flock(LOCK_EX)` (proof that its writer lives).
     pub(super) fn publish(
         &self,
         file_name: &str,
         contents: &[u8],
-        mode: Mode,
-        hold: bool,
+        what: Published,
     ) -> Result<File> {
+        let (mode, hold) = match what {
+            Published::Token => (Mode::from_raw_mode(0o600), false),
+            Published::Record => (shared_file_mode(self.scope), true),
+        };
         let suffix = Token::random()?;
         let tmp = format!(".{file_name}.{suffix}.tmp");
         let tmp_path = self.path.join(&tmp);
@@ -294,15 +340,6 @@ impl LockDir {
         }
         written.map(|()| file)
     }
-}
-
-/// The error of a user lock directory [`USER_LOCK_DIR_ENV`] names, saying where it came from.
-fn named_user_dir(dir: &Path, error: Error) -> Error {
-    Error::Invalid(format!(
-        "the user lock directory {} ({USER_LOCK_DIR_ENV}, set by an enclosing run) cannot be \
-         used: {error}",
-        dir.display()
-    ))
 }
 
 /// Refuses a machine lock directory that would be a run's private copy: inside a run whose
@@ -374,6 +411,18 @@ pub(super) fn mount_id(fd: impl AsFd) -> Option<u64> {
 #[cfg(not(target_os = "linux"))]
 pub(super) fn mount_id(_: impl AsFd) -> Option<u64> {
     None
+}
+
+/// Refuses a relative machine lock directory.
+fn check_machine_path(path: &Path) -> Result<()> {
+    if path.is_absolute() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "the machine lock directory must be an absolute path, not {} (set by {MACHINE_DIR_ENV}?)",
+            path.display()
+        )))
+    }
 }
 
 /// Checks that a machine lock directory is a real directory that others cannot empty.
