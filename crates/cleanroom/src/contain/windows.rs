@@ -144,6 +144,7 @@ impl Job {
         });
         let emptied = killed.and_then(|()| {
             wait_until_empty(
+                EMPTY_WAIT,
                 || Ok(self.active() as usize),
                 |n| format!("{n} process(es) still active in the job {EMPTY_WAIT:?} after it was terminated"),
             )

@@ -34,9 +34,10 @@ pub(super) fn observe(pid: u32) -> Observed {
     }
 }
 
-/// Reads `ProcessInfo` for `pid`, or `None` when it does not exist.
+/// Reads `ProcessInfo` for `pid`, or `None` when it does not exist or is a zombie (it has
+/// exited; only its parent's wait is missing).
 pub(super) fn info(pid: u32) -> Option<ProcessInfo> {
-    let info = bsd_info(pid).ok()?;
+    let info = bsd_info(pid).ok().filter(|i| i.pbi_status != libc::SZOMB)?;
     // SAFETY: the kernel NUL-terminates pbi_comm within its MAXCOMLEN bytes.
     let command = unsafe { CStr::from_ptr(info.pbi_comm.as_ptr()) };
     Some(ProcessInfo {
