@@ -81,24 +81,7 @@ impl Group {
 
     /// The pids currently in the group (the unreaped leader and other zombies included).
     pub fn pids(&self) -> io::Result<Vec<i32>> {
-        let mut pids: Vec<libc::pid_t> = vec![0; 4096];
-        let size = (pids.len() * std::mem::size_of::<libc::pid_t>()) as libc::c_int;
-        // SAFETY: `pids` is writable for `size` bytes; the kernel writes at most that.
-        let listed = unsafe {
-            libc::proc_listpgrppids(
-                self.pgid.as_raw_nonzero().get(),
-                pids.as_mut_ptr().cast(),
-                size,
-            )
-        };
-        if listed < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // libproc's wrapper answers a number of pids (proc_listpids' bytes divided by the size
-        // of one), not of bytes.
-        pids.truncate(listed as usize);
-        pids.retain(|&pid| pid > 0);
-        Ok(pids)
+        crate::sys::macos::process_group_pids(self.pgid.as_raw_nonzero().get())
     }
 
     /// The group's processes but the leader, named (gone and zombie ones left out).

@@ -1,6 +1,8 @@
-//! The system interface of the library's macOS files, as safe functions: `sysctlbyname`
-//! strings, the per-user temp dir from `confstr(_CS_DARWIN_USER_TEMP_DIR)`, the runner's counted
-//! signals, and the terminal's foreground handed to a run. Type-checked only (docs/macos.md).
+//! The system interface of the library's macOS files, as safe functions, so that those files
+//! hold no `unsafe`: `sysctlbyname` strings, the per-user temp dir from
+//! `confstr(_CS_DARWIN_USER_TEMP_DIR)`, the runner's counted signals, the terminal's foreground
+//! handed to a run, a process's `proc_pidinfo` and a process group's members. Type-checked only
+//! (docs/macos.md).
 //!
 //! Every `unsafe` block here wraps one libc call (or a few on the same stack data), with the
 //! buffer's real length passed in, and says why it is sound.
@@ -188,4 +190,40 @@ fn with_sigttou_blocked(f: impl FnOnce() -> libc::c_int) {
     f();
     // SAFETY: restores the mask saved above, read from the stack.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+}
+
+/// What `proc_pidinfo(PROC_PIDTBSDINFO)` says of `pid` now; `ESRCH` when it names no process.
+pub fn proc_bsd_info(pid: u32) -> io::Result<libc::proc_bsdinfo> {
+    let pid = i32::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: proc_bsdinfo is plain old data; all zeroes is a valid value to be filled in.
+    let mut info: libc::proc_bsdinfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
+    // SAFETY: the buffer is `info`, of exactly `size` bytes, on our stack; the kernel writes at
+    // most that many and reads nothing of ours.
+    let written =
+        unsafe { libc::proc_pidinfo(pid, libc::PROC_PIDTBSDINFO, 0, (&raw mut info).cast(), size) };
+    match written {
+        n if n == size => Ok(info),
+        0 => Err(io::Error::last_os_error()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "short proc_pidinfo answer",
+        )),
+    }
+}
+
+/// The pids in the process group `pgid` (zombies included), up to 4096 of them.
+pub fn process_group_pids(pgid: i32) -> io::Result<Vec<i32>> {
+    let mut pids: Vec<libc::pid_t> = vec![0; 4096];
+    let size = (pids.len() * std::mem::size_of::<libc::pid_t>()) as libc::c_int;
+    // SAFETY: `pids` is writable for `size` bytes; the kernel writes at most that.
+    let listed = unsafe { libc::proc_listpgrppids(pgid, pids.as_mut_ptr().cast(), size) };
+    if listed < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // libproc's wrapper answers a number of pids (proc_listpids' bytes divided by the size of
+    // one), not of bytes.
+    pids.truncate(listed as usize);
+    pids.retain(|&pid| pid > 0);
+    Ok(pids)
 }
