@@ -221,6 +221,6 @@ expect 0 "completions" -- completions powershell
 expect 0 "man" -- man
 [ -z "$(ls -A "$cli_state")" ] || die "real CLI: the state dir is not empty after the checks"
 
-step "type-check the library for x86_64-apple-darwin"
-"${cargo[@]}" check -p cleanroom --target x86_64-apple-darwin -Zbuild-std=std,panic_abort --locked
+step "type-check the library and the CLI for x86_64-apple-darwin"
+"${cargo[@]}" check -p cleanroom -p cleanroom-cli --target x86_64-apple-darwin -Zbuild-std=std,panic_abort --locked
 step "done"

@@ -10,9 +10,9 @@
 //! instead would let any local user stop everyone's runs below a shared directory with one
 //! file). A file named with `--config` is the user's own choice and is not checked.
 
-// The trust rule picked once: Linux judges owners and modes along the whole path; Windows, for
-// now, only refuses links (see its module).
-#[cfg(target_os = "linux")]
+// The trust rule picked once: Linux and macOS judge owners and modes along the whole path;
+// Windows, for now, uses no discovered file (see its module).
+#[cfg(unix)]
 mod trust;
 #[cfg(windows)]
 #[path = "config/trust_windows.rs"]
@@ -30,7 +30,7 @@ use trust::Identity;
 use crate::options::RunOptions;
 
 /// The variable through which a run tells the runs nested in it which discovered config it
-/// judged (on Linux `DEV:INO:PATH`, see [`trust`]). Only the user's own runs read it (the
+/// judged (on Unix `DEV:INO:PATH`, see [`trust`]). Only the user's own runs read it (the
 /// command runs as the user, who could as well name the file with `--config`), and only for
 /// owners a user namespace hides.
 pub const TRUSTED_CONFIG_VAR: &str = "CLEANROOM_TRUSTED_CONFIG";

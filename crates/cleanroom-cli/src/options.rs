@@ -11,15 +11,15 @@
 //! higher layer turns a lower layer's `always` off).
 //!
 //! Every platform reads the same options; the options only Linux has a backend for (signals,
-//! protection, network isolation, machine-scope locks, private /tmp) are applied, or refused
-//! with a line that names them, by the platform's one private `os` child: never silently
-//! ignored.
+//! protection, network isolation, private /tmp; machine-scope locks Linux and macOS) are
+//! applied, or refused with a line that names them, by the platform's one private `os` child
+//! (`options/linux.rs`, or `options/refused.rs` on Windows and macOS): never silently ignored.
 
 #[cfg(target_os = "linux")]
 #[path = "options/linux.rs"]
 mod os;
-#[cfg(windows)]
-#[path = "options/windows.rs"]
+#[cfg(not(target_os = "linux"))]
+#[path = "options/refused.rs"]
 mod os;
 
 use std::ffi::OsString;

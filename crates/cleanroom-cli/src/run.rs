@@ -2,16 +2,20 @@
 //! `config` for the file), what is checked before anything starts, the one-line messages on
 //! stderr, and the JSON report file. The lifecycle itself is `cleanroom::run`.
 //!
-//! What differs by platform (the access check of `--report`, the paths only Linux's protection
-//! reads, the hint about a refused write, exit statuses wider than a byte on Windows) is the
-//! one private `os` child picked here.
+//! What differs by platform is picked here once: the access check of `--report` and how wide an
+//! exit status is (`os`: `run/unix.rs` on Linux and macOS, `run/windows.rs`), and the messages
+//! of protection, which only Linux has (`protection`: `run/linux.rs`, the paths its rules name
+//! and the hint about a refused write; none elsewhere).
 
-#[cfg(target_os = "linux")]
-#[path = "run/linux.rs"]
+#[cfg(unix)]
+#[path = "run/unix.rs"]
 mod os;
 #[cfg(windows)]
 #[path = "run/windows.rs"]
 mod os;
+#[cfg(target_os = "linux")]
+#[path = "run/linux.rs"]
+mod protection;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -145,7 +149,8 @@ fn name_file_paths(
             continue;
         };
         for (index, path) in paths.iter().enumerate() {
-            builder = os::path_origin(builder, path, format!("{} =", file.origin(key, index)));
+            builder =
+                protection::path_origin(builder, path, format!("{} =", file.origin(key, index)));
         }
     }
     builder
@@ -314,7 +319,27 @@ fn print_summary(report: &RunReport, config: &RunConfig, quiet: bool) {
             notes.join("; ")
         );
     }
-    if let Some(hint) = os::denied_write_hint(report).filter(|_| !quiet) {
+    if let Some(hint) = protection::denied_write_hint(report).filter(|_| !quiet) {
         say!("cleanroom: hint: {hint}");
+    }
+}
+
+/// Where no protection runs (Windows, macOS): no path to name (the options that take paths are
+/// refused before any is named), no hint.
+#[cfg(not(target_os = "linux"))]
+mod protection {
+    use std::path::Path;
+
+    use cleanroom::report::RunReport;
+    use cleanroom::run::RunBuilder;
+
+    /// Leaves `builder` as it is.
+    pub fn path_origin(builder: RunBuilder, _path: &Path, _origin: String) -> RunBuilder {
+        builder
+    }
+
+    /// No hint: no write protection runs here.
+    pub fn denied_write_hint(_report: &RunReport) -> Option<String> {
+        None
     }
 }

@@ -6,7 +6,15 @@ use std::ffi::OsString;
 
 use crate::Global;
 
-/// `cleanroom doctor` where the library has no probes (macOS: nothing runs there yet).
+/// Why `serve` is refused here.
+#[cfg(windows)]
+const SERVE: &str = "serve is not available on Windows: the exec-server runs on Linux only \
+                     (docs/windows.md); use `cleanroom run`";
+#[cfg(target_os = "macos")]
+const SERVE: &str = "serve is not available on macOS: the exec-server runs on Linux only \
+                     (docs/macos.md); use `cleanroom run`";
+
+/// `cleanroom doctor` where the library has no probes (macOS: nothing of it has run there yet).
 #[cfg(not(windows))]
 pub mod doctor {
     use super::*;
@@ -19,10 +27,13 @@ pub mod doctor {
         json: bool,
     }
 
-    /// Says that there is nothing to probe here, and exits 125.
+    /// Says what `run` uses here and what it cannot probe, and exits 125.
     pub fn main(_args: DoctorArgs, _global: &Global) -> u8 {
         crate::fail(
-            "doctor is not available on this platform: cleanroom runs on Linux and Windows only \
+            "doctor is not available on macOS yet: runs are contained by a process group (no \
+             cgroup, no watchdog), exclusive locks (--exclusive) are flock locks as on Linux, \
+             and write protection (--protect), network isolation (--net) and private temp \
+             directories (--share-tmp, --host-tmp) have no macOS backend to probe \
              (docs/macos.md)",
         )
     }
@@ -43,9 +54,6 @@ pub mod serve {
 
     /// Exits 125 with one line.
     pub fn main(_args: ServeArgs, _global: &Global) -> u8 {
-        crate::fail(
-            "serve is not available on Windows: the exec-server runs on Linux only \
-             (docs/windows.md); use `cleanroom run`",
-        )
+        crate::fail(SERVE)
     }
 }

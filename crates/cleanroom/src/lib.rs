@@ -38,22 +38,21 @@ mod sys;
 pub mod text;
 
 // Each platform-bound part is one module with the same public path on every platform, its
-// platform code a private `os` child picked once in its `mod.rs` (Windows: docs/windows.md).
-// These four do not build on macOS yet (type-checked only: docs/macos.md).
+// platform code a private `os` child picked once in its `mod.rs` (Windows: docs/windows.md;
+// macOS, type-checked only: docs/macos.md). `doctor` has no macOS child yet.
 #[cfg(any(target_os = "linux", windows))]
 pub mod doctor;
-#[cfg(any(target_os = "linux", windows))]
 pub mod reclaim;
-#[cfg(any(target_os = "linux", windows))]
 pub mod report;
-#[cfg(any(target_os = "linux", windows))]
 pub mod run;
 
-// Linux only: Landlock, cgroups, and what is built on them. macOS has no protection, doctor,
-// run, reclaim or report yet (docs/macos.md).
+// Linux only: Landlock, cgroups, and what is built on them (macOS and Windows have no
+// protection backend: docs/macos.md, docs/windows.md).
 #[cfg(target_os = "linux")]
 pub mod protect;
-#[cfg(target_os = "linux")]
+
+// Who may have written what is found on disk, by uid and mode: POSIX, so Linux and macOS.
+#[cfg(unix)]
 pub mod trust;
 
 pub use duration::parse_duration;

@@ -7,7 +7,10 @@
 //! in a Job Object, which is not a rung of Linux's ladder), `cgroup` is `null`, `watchdog` is
 //! `false` (the job dies with the runner's handle instead), `signal`, `interrupt_signal` and
 //! `timeout_signal` are `null` (no signals), and `killed` is empty (the job is terminated whole;
-//! what outlived the command is in `leaks`).
+//! what outlived the command is in `leaks`). On macOS (type-checked only) `protection` is `null`,
+//! `tmp` empty, `containment.mechanism` `null` (a process group, not a rung of the ladder: no
+//! subreaper), `cgroup` `null` and `watchdog` `false` (nothing guards the run if the runner
+//! dies); signals are Unix's, as on Linux.
 
 use std::path::PathBuf;
 
@@ -61,7 +64,8 @@ pub struct ExitInfo {
 /// Containment in use.
 #[derive(Clone, Debug, Serialize)]
 pub struct ContainmentInfo {
-    /// The mechanism (`null` on Windows: a Job Object, not a rung of Linux's ladder).
+    /// The mechanism (`null` on Windows and macOS: a Job Object or a process group, not a rung
+    /// of Linux's ladder).
     pub mechanism: Option<Mechanism>,
     /// Why a stronger one is not in use.
     pub fallback_reason: Option<String>,
@@ -116,7 +120,7 @@ pub struct RunReport {
     pub exit: ExitInfo,
     /// Containment.
     pub containment: ContainmentInfo,
-    /// Protection (`null` where the platform has no protection backend: Windows).
+    /// Protection (`null` where the platform has no protection backend: Windows, macOS).
     pub protection: Option<ProtectionStatus>,
     /// What the command left in its private `/tmp` and `/var/tmp` (removed with the root), per
     /// directory; empty when they were not private (or processes survived).
@@ -138,8 +142,8 @@ pub struct RunReport {
     pub env: EnvInfo,
 }
 
-/// Where `protect` has no backend (Windows), its report types have no values: `protection` is
-/// always `null` and `tmp` always empty there.
+/// Where `protect` has no backend (Windows, macOS), its report types have no values:
+/// `protection` is always `null` and `tmp` always empty there.
 #[cfg(not(target_os = "linux"))]
 mod unprotected {
     use serde::Serialize;

@@ -44,20 +44,29 @@ impl Owners {
     }
 }
 
-/// Whether an entry of mode `st_mode` (as `lstat` gives it) lets its group or others write it.
-/// A symbolic link's own mode means nothing: it is never writable by others.
-pub fn writable_by_others(st_mode: u32) -> bool {
-    st_mode & libc::S_IFMT != libc::S_IFLNK && st_mode & 0o022 != 0
+/// The file type bits of a mode, and the types judged here (the same values on every Unix).
+const S_IFMT: u32 = 0o170000;
+const S_IFLNK: u32 = 0o120000;
+const S_IFDIR: u32 = 0o040000;
+
+/// Whether an entry of mode `st_mode` (as `lstat` gives it: a `u32` on Linux, a `u16` in
+/// macOS's `stat`) lets its group or others write it. A symbolic link's own mode means nothing:
+/// it is never writable by others.
+pub fn writable_by_others(st_mode: impl Into<u32>) -> bool {
+    let st_mode = st_mode.into();
+    st_mode & S_IFMT != S_IFLNK && st_mode & 0o022 != 0
 }
 
 /// Whether `st_mode` is a sticky directory's (`/tmp`'s): anyone it lets write may add entries,
 /// each owned by whoever made it.
-pub fn sticky_dir(st_mode: u32) -> bool {
-    st_mode & libc::S_IFMT == libc::S_IFDIR && st_mode & 0o1000 != 0
+pub fn sticky_dir(st_mode: impl Into<u32>) -> bool {
+    let st_mode = st_mode.into();
+    st_mode & S_IFMT == S_IFDIR && st_mode & 0o1000 != 0
 }
 
 /// The uid owners outside this user namespace's map show as (the overflow uid), when the map
-/// leaves any uid out; `None` in the initial namespace, which maps every uid.
+/// leaves any uid out; `None` in the initial namespace, which maps every uid, and where there are
+/// no user namespaces (macOS: no `/proc/self/uid_map`).
 fn hidden_owner() -> Option<u32> {
     let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
     let mapped: u64 = map

@@ -2,7 +2,8 @@
 //! nobody but the user and root could have written it or anything on the way to it.
 //!
 //! Every component of its path from `/`, and of what each symbolic link on the way names, is
-//! opened without following it (`O_PATH|O_NOFOLLOW`) and judged by what that descriptor is:
+//! opened without following it (`O_PATH|O_NOFOLLOW`; on macOS, which has no `O_PATH`, see
+//! [`lookup`]) and judged by what that descriptor is:
 //! owned by the effective user or root; not writable by group or others unless it is a symbolic
 //! link (whose mode means nothing) or a sticky directory (whose entries are then judged by their
 //! own owner); not hard-linked into a directory others may write (the owner and mode
@@ -29,7 +30,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::anyhow;
 use cleanroom::trust::{self, Owner, Owners};
-use rustix::fs::{FileType, Mode, OFlags, Stat};
+use rustix::fs::{Dev, FileType, Mode, OFlags, Stat};
 
 use super::{Distrust, Trusted, TRUSTED_CONFIG_VAR};
 
@@ -40,7 +41,7 @@ const MAX_LINKS: usize = 40;
 /// A file's device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Identity {
-    dev: u64,
+    dev: Dev,
     ino: u64,
 }
 
@@ -63,7 +64,9 @@ impl Identity {
     fn passed_for(path: &Path) -> Option<Identity> {
         let value = std::env::var_os(TRUSTED_CONFIG_VAR)?;
         let mut parts = value.as_bytes().splitn(3, |&b| b == b':');
-        let number = |part: Option<&[u8]>| std::str::from_utf8(part?).ok()?.parse().ok();
+        fn number<T: std::str::FromStr>(part: Option<&[u8]>) -> Option<T> {
+            std::str::from_utf8(part?).ok()?.parse().ok()
+        }
         let (dev, ino) = (number(parts.next())?, number(parts.next())?);
         (parts.next()? == path.as_os_str().as_bytes()).then_some(Identity { dev, ino })
     }
@@ -129,12 +132,8 @@ impl<'a> Walk<'a> {
             links: 0,
             unseen: None,
         };
-        let fd = rustix::fs::open(
-            root,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| walk.cannot(root, e))?;
+        let fd = rustix::fs::open(root, LOOK_UP | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| walk.cannot(root, e))?;
         let stat = rustix::fs::fstat(&fd).map_err(|e| walk.cannot(root, e))?;
         walk.judge(root, &stat, None)?;
         walk.dirs.push(Dir {
@@ -174,20 +173,13 @@ impl<'a> Walk<'a> {
     fn step(&mut self, name: &OsStr) -> Result<Step, Distrust> {
         let dir = self.dirs.last().expect("/ is never popped");
         let here = dir.path.join(name);
-        let fd = rustix::fs::openat(
-            &dir.fd,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| self.cannot(&here, e))?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| self.cannot(&here, e))?;
+        let (fd, stat) = lookup(&dir.fd, name).map_err(|e| self.cannot(&here, e))?;
         let parent = dir.stat;
         self.judge(&here, &stat, Some(&parent))?;
         let last = self.names.is_empty();
         match FileType::from_raw_mode(stat.st_mode) {
             FileType::Directory => Ok(Step::Dir(Dir {
-                fd,
+                fd: fd.expect("a directory looked up is open"),
                 path: here,
                 stat,
             })),
@@ -196,8 +188,9 @@ impl<'a> Walk<'a> {
                 if self.links > MAX_LINKS {
                     return Err(self.untrusted(&here, "leads through too many symbolic links"));
                 }
-                let target = rustix::fs::readlinkat(&fd, c"", Vec::new())
-                    .map_err(|e| self.cannot(&here, e))?;
+                let dir = self.dirs.last().expect("/ is never popped");
+                let target =
+                    read_link(&dir.fd, name, fd.as_ref()).map_err(|e| self.cannot(&here, e))?;
                 Ok(Step::Link(PathBuf::from(OsString::from_vec(
                     target.into_bytes(),
                 ))))
@@ -270,6 +263,68 @@ impl<'a> Walk<'a> {
             std::io::Error::from(e)
         ))
     }
+}
+
+/// How a directory on the way is opened: only to look names up in it.
+#[cfg(target_os = "linux")]
+const LOOK_UP: OFlags = OFlags::PATH.union(OFlags::CLOEXEC);
+/// How a directory on the way is opened on macOS, which has no `O_PATH`: `O_SEARCH` (macOS 13),
+/// so that a directory one may search but not read is walked too (older kernels ignore the
+/// `O_EXEC` bit and open it for reading).
+#[cfg(target_os = "macos")]
+const LOOK_UP: OFlags = OFlags::from_bits_retain(libc::O_SEARCH as u32).union(OFlags::CLOEXEC);
+
+/// Looks `name` up in `dir` without following it: its metadata, and a descriptor where the walk
+/// needs one. Linux opens every name `O_PATH|O_NOFOLLOW` and judges what the descriptor is.
+#[cfg(target_os = "linux")]
+fn lookup(dir: &OwnedFd, name: &OsStr) -> Result<(Option<OwnedFd>, Stat), rustix::io::Errno> {
+    let fd = rustix::fs::openat(dir, name, LOOK_UP | OFlags::NOFOLLOW, Mode::empty())?;
+    let stat = rustix::fs::fstat(&fd)?;
+    Ok((Some(fd), stat))
+}
+
+/// macOS: `lstat` of the name, and for a directory the directory itself, opened `O_NOFOLLOW`
+/// and judged by what the descriptor is (a name replaced meanwhile by a link is refused by
+/// `O_NOFOLLOW`). A link or a file is judged by the `lstat`: a link is then read by its name
+/// ([`read_link`]) and a file opened by [`open_judged`], which checks it is the inode judged.
+/// Between the two, only a writer of `dir` could replace the name, and `dir` was judged: nobody
+/// but the user and root may write it, or it is sticky and the name's owner (judged) alone may.
+#[cfg(target_os = "macos")]
+fn lookup(dir: &OwnedFd, name: &OsStr) -> Result<(Option<OwnedFd>, Stat), rustix::io::Errno> {
+    let stat = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+        return Ok((None, stat));
+    }
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        LOOK_UP | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?;
+    let stat = rustix::fs::fstat(&fd)?;
+    Ok((Some(fd), stat))
+}
+
+/// The target of the link `name` of `dir`, looked up as `fd` (Linux: read through the `O_PATH`
+/// descriptor of the link itself).
+#[cfg(target_os = "linux")]
+fn read_link(
+    _dir: &OwnedFd,
+    _name: &OsStr,
+    fd: Option<&OwnedFd>,
+) -> Result<std::ffi::CString, rustix::io::Errno> {
+    let fd = fd.expect("Linux opens every name it looks up");
+    rustix::fs::readlinkat(fd, c"", Vec::new())
+}
+
+/// The target of the link `name` of `dir` (macOS: read by its name, see [`lookup`]).
+#[cfg(target_os = "macos")]
+fn read_link(
+    dir: &OwnedFd,
+    name: &OsStr,
+    _fd: Option<&OwnedFd>,
+) -> Result<std::ffi::CString, rustix::io::Errno> {
+    rustix::fs::readlinkat(dir, name, Vec::new())
 }
 
 /// Opens the regular file `name` of `dir` for reading without following a symbolic link (nor

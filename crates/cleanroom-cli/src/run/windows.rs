@@ -1,11 +1,7 @@
 //! `cleanroom run` on Windows: `--report`'s access check by the file's attributes (the ACL
-//! decides when the report is written), no protection whose paths or refusals to name, and the
-//! command's full 32-bit exit code.
+//! decides when the report is written), and the command's full 32-bit exit code.
 
 use std::path::Path;
-
-use cleanroom::report::RunReport;
-use cleanroom::run::RunBuilder;
 
 /// Whether the existing file `path` may be written: refused when it is read-only (the ACL is
 /// only known when the report is written, which names the path if it fails).
@@ -30,15 +26,4 @@ pub fn may_create_in(_dir: &Path) -> std::io::Result<()> {
 /// written).
 pub fn exit_status(status: i32) -> u8 {
     u8::try_from(status).unwrap_or_else(|_| std::process::exit(status))
-}
-
-/// Nothing to name: the options that take paths (`--protect-path`, `--allow-write`,
-/// `--share-tmp`) are refused on Windows before any path is named.
-pub fn path_origin(builder: RunBuilder, _path: &Path, _origin: String) -> RunBuilder {
-    builder
-}
-
-/// No hint: no write protection runs on Windows.
-pub fn denied_write_hint(_report: &RunReport) -> Option<String> {
-    None
 }

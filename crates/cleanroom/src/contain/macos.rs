@@ -2,79 +2,184 @@
 //! only (docs/macos.md).
 //!
 //! The command is spawned as the leader of a new process group (`setpgid(0, 0)` before exec);
-//! members are listed with `proc_listpgrppids` and killed with `killpg(SIGKILL)`. Invariant
-//! kept: the run's group id is the leader's pid, and nothing is signalled outside that group.
-//! Weaker than Linux's cgroup and Windows' job: a process that calls `setsid`/`setpgid` leaves
-//! the group unseen (kqueue's `NOTE_TRACK`, which could follow forks, is gone from macOS).
+//! members are listed with `proc_listpgrppids` and signalled with `killpg`. The [`Group`] owns the
+//! leader and reaps it itself, last: until then the leader is at most a zombie, so its pid, the
+//! group's id, cannot be reused, and a signal to the group reaches no process outside the run.
+//!
+//! Invariants: the group is signalled only while its leader is unreaped; a leak is a process
+//! still in the group once the leader exited, named, then TERMed, given the leak grace, and
+//! KILLed until the group is empty (bounded: what is left after that is a survivor).
+//!
+//! Weaker than Linux's cgroup and Windows' job: a process that calls `setsid` or `setpgid` leaves
+//! the group unseen (kqueue's `NOTE_TRACK`, which could follow forks, is gone from macOS), and
+//! nothing guards the run if the runner itself is killed: the group outlives it.
 
 use std::io;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command};
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
 use super::{wait_until_empty, EMPTY_WAIT};
 use crate::process::{self, ProcessInfo};
 
-/// One run's process group.
+/// One run's process group, led by the command.
 #[derive(Debug)]
 pub struct Group {
-    pgid: i32,
+    leader: Child,
+    pgid: Pid,
+}
+
+/// What the end of a run's group found and did.
+#[derive(Debug)]
+pub struct Ended {
+    /// How the leader (the command) ended, when it could be reaped.
+    pub status: Option<ExitStatus>,
+    /// What [`Group::finish`] found still in the group once the leader had exited.
+    pub leaked: Vec<ProcessInfo>,
+    /// What [`Group::finish`] had to KILL.
+    pub killed: Vec<ProcessInfo>,
+    /// What was still in the group when the KILL loop gave up.
+    pub survivors: Vec<ProcessInfo>,
+}
+
+/// What a KILL of the whole group achieved.
+#[derive(Debug, Default)]
+pub struct Killed {
+    /// The processes alive to receive SIGKILL (the leader included, when it was).
+    pub killed: Vec<ProcessInfo>,
+    /// Those still in the group when the wait for it to empty gave up.
+    pub survivors: Vec<ProcessInfo>,
 }
 
 impl Group {
     /// Spawns `command` as the leader of a new process group.
-    pub fn spawn(command: &mut Command) -> io::Result<(Group, Child)> {
-        let child = command.process_group(0).spawn()?;
-        let pgid = child.id() as i32;
-        Ok((Group { pgid }, child))
+    pub fn spawn(command: &mut Command) -> io::Result<Group> {
+        let leader = command.process_group(0).spawn()?;
+        let pgid = i32::try_from(leader.id())
+            .ok()
+            .and_then(Pid::from_raw)
+            .ok_or_else(|| io::Error::other("the spawned command has no valid pid"))?;
+        Ok(Group { leader, pgid })
     }
 
-    /// The pids currently in the group (the unreaped leader included).
+    /// The leader's pid, which is the group's id.
+    pub fn leader(&self) -> u32 {
+        self.leader.id()
+    }
+
+    /// Whether the leader has exited. It is left unreaped (a zombie), so the group id stays the
+    /// run's; an error (it cannot be asked) counts as exited, so that no wait hangs on it.
+    pub fn leader_exited(&self) -> bool {
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        !matches!(
+            rustix::process::waitid(WaitId::Pid(self.pgid), options),
+            Ok(None)
+        )
+    }
+
+    /// The pids currently in the group (the unreaped leader and other zombies included).
     pub fn pids(&self) -> io::Result<Vec<i32>> {
-        let mut pids: Vec<libc::pid_t> = vec![0; 4096];
-        let size = (pids.len() * std::mem::size_of::<libc::pid_t>()) as libc::c_int;
-        // SAFETY: `pids` is writable for `size` bytes; the kernel writes at most that.
-        let written = unsafe { libc::proc_listpgrppids(self.pgid, pids.as_mut_ptr().cast(), size) };
-        if written < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        pids.truncate(written as usize / std::mem::size_of::<libc::pid_t>());
-        pids.retain(|&pid| pid > 0);
-        Ok(pids)
+        crate::sys::macos::process_group_pids(self.pgid.as_raw_nonzero().get())
     }
 
-    /// The group's processes, named.
-    pub fn members(&self) -> Vec<ProcessInfo> {
+    /// The group's processes but the leader, named (gone and zombie ones left out).
+    pub fn others(&self) -> Vec<ProcessInfo> {
+        let leader = self.leader();
         let pids = self.pids().unwrap_or_default();
         pids.into_iter()
             .filter_map(|pid| u32::try_from(pid).ok())
+            .filter(|&pid| pid != leader)
             .filter_map(process::info)
             .collect()
     }
 
-    /// Names every member, kills the whole group, and waits (bounded) until only the leader,
-    /// which the caller reaps, may be left. Returns who was killed, and an error when the group
-    /// did not empty in time.
-    pub fn terminate(&self) -> (Vec<ProcessInfo>, io::Result<()>) {
-        let members = self.members();
-        // SAFETY: killpg takes plain integers; ESRCH (group already empty) is success.
-        let killed = match unsafe { libc::killpg(self.pgid, libc::SIGKILL) } {
-            0 => Ok(()),
-            _ => match io::Error::last_os_error() {
-                e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
-                e => Err(e),
-            },
-        };
-        let emptied = killed.and_then(|()| {
-            wait_until_empty(
-                || Ok(self.pids()?.into_iter().filter(|&p| p != self.pgid).count()),
-                |n| {
-                    format!(
-                        "{n} process(es) still in group {} {EMPTY_WAIT:?} after SIGKILL",
-                        self.pgid
-                    )
-                },
-            )
-        });
-        (members, emptied)
+    /// How many processes but the leader are in the group.
+    fn others_left(&self) -> io::Result<usize> {
+        let leader = self.leader.id() as i32;
+        Ok(self.pids()?.into_iter().filter(|&p| p != leader).count())
+    }
+
+    /// Sends `signal` to the group (a group already empty is no error).
+    pub fn signal(&self, signal: Signal) -> io::Result<()> {
+        match rustix::process::kill_process_group(self.pgid, signal) {
+            Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// KILLs the whole group, the leader included, and waits (bounded by [`EMPTY_WAIT`]) until
+    /// only the leader's zombie is left.
+    pub fn kill_until_empty(&self) -> Killed {
+        let mut killed = self.others();
+        if !self.leader_exited() {
+            killed.extend(process::info(self.leader()));
+        }
+        if let Err(e) = self.signal(Signal::KILL) {
+            tracing::warn!(
+                "cannot kill process group {}: {e}",
+                self.pgid.as_raw_nonzero()
+            );
+        }
+        let emptied = self.wait_until_empty(EMPTY_WAIT);
+        self.account(killed, emptied)
+    }
+
+    /// Ends the group once its leader has exited: what is still in it is a leak, named, TERMed,
+    /// given `grace` (zero: KILLed at once), then KILLed until the group is empty; then the
+    /// leader is reaped.
+    pub fn finish(mut self, grace: Duration) -> Ended {
+        let leaked = self.others();
+        let mut ended = Killed::default();
+        // Counted, not named: a member that cannot be described is still ended.
+        if !matches!(self.others_left(), Ok(0)) {
+            let termed = !grace.is_zero() && self.signal(Signal::TERM).is_ok();
+            let gone = termed && self.wait_until_empty(grace).is_ok();
+            if !gone {
+                let still = self.others();
+                if let Err(e) = self.signal(Signal::KILL) {
+                    tracing::warn!(
+                        "cannot kill process group {}: {e}",
+                        self.pgid.as_raw_nonzero()
+                    );
+                }
+                let emptied = self.wait_until_empty(EMPTY_WAIT);
+                ended = self.account(still, emptied);
+            }
+        }
+        let status = self.leader.wait().ok();
+        Ended {
+            status,
+            leaked,
+            killed: ended.killed,
+            survivors: ended.survivors,
+        }
+    }
+
+    /// Waits up to `limit` until no process but the leader's zombie is in the group.
+    fn wait_until_empty(&self, limit: Duration) -> io::Result<()> {
+        let pgid = self.pgid.as_raw_nonzero();
+        wait_until_empty(
+            limit,
+            || Ok(self.others_left()? + usize::from(!self.leader_exited())),
+            |n| format!("{n} process(es) still in process group {pgid} {limit:?} after a signal"),
+        )
+    }
+
+    /// The result of a KILL: `signalled` minus whatever is still in the group, which survived.
+    fn account(&self, signalled: Vec<ProcessInfo>, emptied: io::Result<()>) -> Killed {
+        if emptied.is_ok() {
+            return Killed {
+                killed: signalled,
+                survivors: Vec::new(),
+            };
+        }
+        let survivors = self.others();
+        let killed = signalled
+            .into_iter()
+            .filter(|p| !survivors.iter().any(|s| s.id == p.id))
+            .collect();
+        Killed { killed, survivors }
     }
 }

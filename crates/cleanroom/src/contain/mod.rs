@@ -52,8 +52,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-#[cfg(target_os = "macos")]
-pub use os::Group;
 #[cfg(target_os = "linux")]
 pub use os::{
     cgroup2_mount, cgroup_root, exited_children, group_may_have_members, kill_cgroup_path,
@@ -63,6 +61,8 @@ pub use os::{
 };
 #[cfg(target_os = "linux")]
 pub(crate) use os::{unescape_mountinfo, WATCHDOG_COMM, WATCHDOG_TITLE_PREFIX};
+#[cfg(target_os = "macos")]
+pub use os::{Ended, Group, Killed};
 #[cfg(windows)]
 pub use os::{Job, KILLED_EXIT_CODE};
 #[cfg(target_os = "linux")]
@@ -105,14 +105,15 @@ impl std::fmt::Display for Mechanism {
 #[cfg(not(target_os = "linux"))]
 const EMPTY_WAIT: Duration = Duration::from_secs(10);
 
-/// Waits, bounded by [`EMPTY_WAIT`], until `left` (how many processes a killed set still has)
-/// says none; else the error `stuck` words for the number left.
+/// Waits, bounded by `limit` ([`EMPTY_WAIT`] after a kill), until `left` (how many processes a
+/// signalled set still has) says none; else the error `stuck` words for the number left.
 #[cfg(not(target_os = "linux"))]
 fn wait_until_empty(
+    limit: Duration,
     mut left: impl FnMut() -> io::Result<usize>,
     stuck: impl Fn(usize) -> String,
 ) -> io::Result<()> {
-    let deadline = Instant::now() + EMPTY_WAIT;
+    let deadline = Instant::now() + limit;
     loop {
         match left()? {
             0 => return Ok(()),

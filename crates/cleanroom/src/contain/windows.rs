@@ -10,22 +10,12 @@
 //! orphans to kill on Windows.
 
 use std::io;
-use std::os::windows::io::{AsRawHandle, OwnedHandle};
+use std::os::windows::io::{AsHandle, OwnedHandle};
 use std::os::windows::process::CommandExt;
 use std::process::{Child, Command};
 
-use windows_sys::Win32::System::Diagnostics::ToolHelp::{
-    CreateToolhelp32Snapshot, Thread32First, Thread32Next, TH32CS_SNAPTHREAD, THREADENTRY32,
-};
-use windows_sys::Win32::System::JobObjects::{
-    AssignProcessToJobObject, CreateJobObjectW, JobObjectBasicAccountingInformation,
-    JobObjectBasicProcessIdList, JobObjectExtendedLimitInformation, QueryInformationJobObject,
-    SetInformationJobObject, TerminateJobObject, JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
-    JOBOBJECT_EXTENDED_LIMIT_INFORMATION, JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
-};
-use windows_sys::Win32::System::Threading::{
-    OpenThread, ResumeThread, CREATE_SUSPENDED, THREAD_SUSPEND_RESUME,
-};
+use windows_sys::Win32::System::JobObjects::JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+use windows_sys::Win32::System::Threading::CREATE_SUSPENDED;
 
 use super::{wait_until_empty, EMPTY_WAIT};
 use crate::process::{self, ProcessInfo};
@@ -43,21 +33,8 @@ pub struct Job {
 impl Job {
     /// A new job that kills every member when its last handle closes and lets none break away.
     pub fn new() -> io::Result<Job> {
-        // SAFETY: no security attributes, no name; the handle is owned below.
-        let handle = win::owned(unsafe { CreateJobObjectW(std::ptr::null(), std::ptr::null()) })?;
-        // SAFETY: plain old data; all-zero means "no limits".
-        let mut limits: JOBOBJECT_EXTENDED_LIMIT_INFORMATION = unsafe { std::mem::zeroed() };
         // Neither JOB_OBJECT_LIMIT_BREAKAWAY_OK nor SILENT_BREAKAWAY_OK: nothing leaves the job.
-        limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
-        // SAFETY: `limits` is the structure this information class expects, of the size given.
-        win::check(unsafe {
-            SetInformationJobObject(
-                handle.as_raw_handle(),
-                JobObjectExtendedLimitInformation,
-                (&limits as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
-                std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
-            )
-        })?;
+        let handle = win::create_job(JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE)?;
         Ok(Job { handle })
     }
 
@@ -76,57 +53,20 @@ impl Job {
         Ok(child)
     }
 
+    /// Assigns the suspended `child`, which has run nothing yet, to the job.
     fn assign(&self, child: &Child) -> io::Result<()> {
-        // SAFETY: both handles are open; the child is suspended, so it has run nothing yet.
-        win::check(unsafe {
-            AssignProcessToJobObject(self.handle.as_raw_handle(), child.as_raw_handle())
-        })
+        win::assign_to_job(self.handle.as_handle(), child.as_handle())
     }
 
     /// The pids of the job's active processes.
     pub fn pids(&self) -> Vec<u32> {
-        let mut capacity = 64usize;
-        loop {
-            // Two u32 counts, then the list of ULONG_PTR ids.
-            let mut buf = vec![0usize; 1 + capacity];
-            // SAFETY: `buf` is writable for the size given and aligned for the structure.
-            let ok = unsafe {
-                QueryInformationJobObject(
-                    self.handle.as_raw_handle(),
-                    JobObjectBasicProcessIdList,
-                    buf.as_mut_ptr().cast(),
-                    (buf.len() * std::mem::size_of::<usize>()) as u32,
-                    std::ptr::null_mut(),
-                )
-            };
-            let assigned = buf[0] as u32 as usize;
-            let listed = ((buf[0] >> 32) as u32 as usize).min(capacity);
-            if (ok != 0 && listed >= assigned) || capacity >= 1 << 20 {
-                return buf[1..=listed].iter().map(|&p| p as u32).collect();
-            }
-            capacity = (assigned.max(capacity) * 2).max(64);
-        }
+        win::job_process_ids(self.handle.as_handle())
     }
 
     /// How many processes of the job are still active.
     pub fn active(&self) -> u32 {
-        // SAFETY: plain old data.
-        let mut info: JOBOBJECT_BASIC_ACCOUNTING_INFORMATION = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is the structure this class expects, of the size given.
-        let ok = unsafe {
-            QueryInformationJobObject(
-                self.handle.as_raw_handle(),
-                JobObjectBasicAccountingInformation,
-                (&mut info as *mut JOBOBJECT_BASIC_ACCOUNTING_INFORMATION).cast(),
-                std::mem::size_of::<JOBOBJECT_BASIC_ACCOUNTING_INFORMATION>() as u32,
-                std::ptr::null_mut(),
-            )
-        };
-        if ok == 0 {
-            // Unknown counts as "still active": termination keeps trying.
-            return u32::MAX;
-        }
-        info.ActiveProcesses
+        // Unknown counts as "still active": termination keeps trying.
+        win::job_active_processes(self.handle.as_handle()).unwrap_or(u32::MAX)
     }
 
     /// The job's active processes, named.
@@ -138,12 +78,10 @@ impl Job {
     /// Returns who was killed, and an error when the job did not empty in time.
     pub fn terminate(&self) -> (Vec<ProcessInfo>, io::Result<()>) {
         let members = self.members();
-        // SAFETY: the job handle is open.
-        let killed = win::check(unsafe {
-            TerminateJobObject(self.handle.as_raw_handle(), KILLED_EXIT_CODE)
-        });
+        let killed = win::terminate_job(self.handle.as_handle(), KILLED_EXIT_CODE);
         let emptied = killed.and_then(|()| {
             wait_until_empty(
+                EMPTY_WAIT,
                 || Ok(self.active() as usize),
                 |n| format!("{n} process(es) still active in the job {EMPTY_WAIT:?} after it was terminated"),
             )
@@ -155,29 +93,7 @@ impl Job {
 /// Resumes every thread of the suspended process `pid` (its main thread; std does not keep
 /// the thread handle CreateProcess returned).
 fn resume(pid: u32) -> io::Result<()> {
-    // SAFETY: a snapshot of all threads; owned below.
-    let snapshot = win::owned(unsafe { CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0) })?;
-    // SAFETY: plain old data; dwSize is set as the API requires.
-    let mut entry: THREADENTRY32 = unsafe { std::mem::zeroed() };
-    entry.dwSize = std::mem::size_of::<THREADENTRY32>() as u32;
-    let mut resumed = 0;
-    // SAFETY: `snapshot` is open and `entry` is a valid, sized out-parameter.
-    let mut more = unsafe { Thread32First(snapshot.as_raw_handle(), &mut entry) } != 0;
-    while more {
-        if entry.th32OwnerProcessID == pid {
-            // SAFETY: no pointers; the handle is owned below.
-            let thread =
-                win::owned(unsafe { OpenThread(THREAD_SUSPEND_RESUME, 0, entry.th32ThreadID) })?;
-            // SAFETY: `thread` is open with THREAD_SUSPEND_RESUME.
-            if unsafe { ResumeThread(thread.as_raw_handle()) } == u32::MAX {
-                return Err(win::last_error());
-            }
-            resumed += 1;
-        }
-        // SAFETY: as for Thread32First.
-        more = unsafe { Thread32Next(snapshot.as_raw_handle(), &mut entry) } != 0;
-    }
-    if resumed == 0 {
+    if win::resume_threads(pid)? == 0 {
         return Err(io::Error::other(format!(
             "no thread of the suspended process {pid} was found to resume"
         )));

@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
-use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
+use rustix::fs::{AtFlags, Dev, FileType, FlockOperation, Mode, OFlags};
 
 use crate::marker::{Kept, Marker, MarkerProblem, MARKER_FILE, MAX_MARKER_BYTES};
 use crate::namespace::{self, EntryKind, Namespace};
@@ -24,7 +24,7 @@ pub(super) struct Judged {
     /// The valid marker, when there is one.
     pub marker: Option<Marker>,
     /// The directory's identity when first seen, to tell whether its name still denotes it.
-    pub identity: Option<(u64, u64)>,
+    pub identity: Option<(Dev, u64)>,
     /// Why the marker's owner is not the root's owner any more, once that is proven: the
     /// reason a dead owner's root is reclaimed for.
     owner_gone: String,
@@ -221,7 +221,7 @@ pub(super) fn judge(ns: &Namespace, name: &OsStr, here: &Host, include_kept: boo
 /// What step 2 found: the opened directory, its identity and its change time.
 struct Opened {
     dir: OwnedFd,
-    identity: (u64, u64),
+    identity: (Dev, u64),
     ctime: u64,
 }
 

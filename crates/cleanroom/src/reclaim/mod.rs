@@ -6,8 +6,9 @@
 //! [`Budget`]), and what every pass does the same way: entries in name order, one at a time,
 //! until the budget runs out; the count of what was left; the verdict on a dead owner's kept
 //! root; the age below which a pending directory is left to its creator; disk usage. How one
-//! entry is judged and removed is the private `os` child's, chosen once: `linux.rs` (with
-//! `judge`, `orphans`, `retention`, `state` and `watchdogs`) or `windows.rs`.
+//! entry is judged and removed is the private `os` child's, chosen once: `unix.rs` on Linux and
+//! macOS (with `judge`, `retention` and `state`, and what a dead run left running: on Linux
+//! `orphans` and `watchdogs`, on macOS `macos.rs`, which finds nothing) or `windows.rs`.
 //!
 //! A namespace entry is removed only when ALL of these hold, checked in this order:
 //! 1. its name is ours (`run-<id>`, `.pending-run-<id>`, `.trash-run-<id>`);
@@ -45,13 +46,18 @@
 //! done), 4, then 6; it hunts no orphans (a run's Job Object dies with its runner) and
 //! remembers no passes.
 //!
+//! macOS (type-checked only, docs/macos.md) makes Linux's pass, but finds no processes a dead run
+//! left (no `/proc`, no cgroup, no watchdog): 7 checks the other entries only, and nothing is
+//! killed. A run whose runner was SIGKILLed leaves its process group running; gc still reclaims
+//! its root once the runner is provably dead.
+//!
 //! Cost: one `readdir`, about a dozen system calls per entry, and at most one pass over `/proc`
 //! per reclamation (made when the first candidate is met); a run's orphans are looked for again
 //! only when that pass found some. The start of a run makes a pass only when one is due
 //! (`state`), within its time budget, and skips leftovers known to be stuck.
 
-#[cfg(target_os = "linux")]
-#[path = "linux.rs"]
+#[cfg(unix)]
+#[path = "unix.rs"]
 mod os;
 #[cfg(windows)]
 #[path = "windows.rs"]
@@ -76,8 +82,8 @@ pub const LIST_FORMAT: &str = "cleanroom-list";
 pub const JSON_VERSION: u32 = 1;
 
 /// How long after a full pass the start of a run makes the next one, where passes are
-/// remembered (Linux: in an extended attribute of the namespace). Windows remembers none: every
-/// run makes its bounded pass.
+/// remembered (Linux and macOS: in an extended attribute of the namespace). Windows remembers
+/// none: every run makes its bounded pass.
 pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A pending directory whose run id is younger than this is left to its creator.
@@ -202,8 +208,8 @@ impl Entry {
     }
 }
 
-/// A process holding the lock of a root (on Linux, as `/proc/locks` names it; Windows names
-/// none).
+/// A process holding the lock of a root (on Linux, as `/proc/locks` names it; macOS and Windows
+/// name none).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LockHolder {
     /// The pid that took the lock (it may since have exited, leaving the descriptor to a child).
@@ -394,10 +400,10 @@ pub fn gc(
     os::gc(ns, options, progress)
 }
 
-/// The reclamation at the start of a run: a bounded pass. On Linux only when one is due (every
-/// [`FULL_PASS_INTERVAL`]), continuing where the last one stopped and skipping leftovers known
-/// to be stuck; removals get one attempt each, within the budget's time; the summary says when
-/// no pass was made and why. Windows makes the pass every time.
+/// The reclamation at the start of a run: a bounded pass. On Linux and macOS only when one is
+/// due (every [`FULL_PASS_INTERVAL`]), continuing where the last one stopped and skipping
+/// leftovers known to be stuck; removals get one attempt each, within the budget's time; the
+/// summary says when no pass was made and why. Windows makes the pass every time.
 pub fn at_run_start(ns: &Namespace, budget: Budget) -> GcSummary {
     os::at_run_start(ns, budget)
 }

@@ -1,32 +1,143 @@
-//! What a dead run left running, and whether it may be killed.
+//! What a dead run left running on Linux, and whether it may be killed ([`Leftovers`], the
+//! `orphans` part of the pass; macOS's is `macos.rs`).
 //!
 //! One pass over `/proc` per reclamation finds every process of the user tagged with a
 //! `CLEANROOM_RUN_ID` (through [`crate::process`], which owns what membership means); a run's
 //! orphans are killed only when that pass found some, or when its marker records a cgroup
-//! (checked by [`crate::contain`], cheaply, when it no longer exists).
+//! (checked by [`crate::contain`], cheaply, when it no longer exists), and its watchdog when it
+//! was left stopped ([`super::watchdogs`]).
 //!
 //! Invariant: orphan killing never acts on a run id that may still be alive. A run id is
-//! protected when another entry of the namespace carries it and is not provably dead (a forged
-//! `.trash-run-<live id>` next to the live `run-<live id>`), or when processes tagged with it
-//! belong to a root outside this namespace (`CLEANROOM_ROOT` names another directory).
+//! protected when another entry of the namespace carries it and is not provably dead (the pass
+//! checks that), or when processes tagged with it belong to a root outside this namespace
+//! (`CLEANROOM_ROOT` names another directory: [`Leftovers::outside`]).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
-
+use super::watchdogs;
+use crate::contain;
 use crate::env::{ROOT_VAR, RUN_ID_VAR};
-use crate::marker::Marker;
-use crate::namespace::{Namespace, PENDING_PREFIX, ROOT_PREFIX, TRASH_PREFIX};
-use crate::process::{self, Host};
+use crate::namespace::Namespace;
+use crate::process::{self, ProcessInfo};
 use crate::reclaim::LockHolder;
+
+/// What dead runs of one user left running, as one pass finds it: the processes tagged with
+/// their run ids (one pass over `/proc`, made when first needed), their recorded cgroups (below
+/// the cgroup2 mount, read when first needed) and their abandoned watchdogs.
+pub(super) struct Leftovers {
+    uid: u32,
+    /// The one pass over `/proc`, made when the first candidate needs it.
+    tagged: Option<Tagged>,
+    /// The cgroup2 mount, read when the first recorded cgroup is met.
+    cgroup_mount: Option<Option<PathBuf>>,
+}
+
+impl Leftovers {
+    /// Nothing looked at yet, for the namespace of `uid`.
+    pub fn new(uid: u32) -> Leftovers {
+        Leftovers {
+            uid,
+            tagged: None,
+            cgroup_mount: None,
+        }
+    }
+
+    fn tagged(&mut self) -> &Tagged {
+        let uid = self.uid;
+        self.tagged.get_or_insert_with(|| Tagged::scan(uid))
+    }
+
+    /// Why orphans of `run_id` must not be killed from `ns`, if processes tagged with it belong
+    /// to a root outside it.
+    pub fn outside(&mut self, ns: &Namespace, run_id: &str) -> Option<String> {
+        self.tagged().foreign_root(ns, run_id).map(|root| {
+            format!(
+                "processes of run {run_id} belong to {root}, outside this state directory: \
+                 nothing of the run is touched"
+            )
+        })
+    }
+
+    /// Kills what the dead run `run_id` left: its tagged processes (only if the pass found any)
+    /// and its recorded cgroup (which `contain` verifies; a missing one costs one failed open),
+    /// then its watchdog if it was left stopped. Returns what was killed.
+    pub fn kill(&mut self, run_id: &str, cgroup: Option<&str>) -> Vec<ProcessInfo> {
+        let uid = self.uid;
+        let cgroup = cgroup.filter(|path| self.cgroup_may_exist(path));
+        let mut killed = if self.tagged().has(run_id) {
+            contain::kill_orphans(run_id, uid, cgroup)
+        } else if let Some(cgroup) = cgroup {
+            contain::kill_cgroup_path(Path::new(cgroup), run_id)
+        } else {
+            Vec::new()
+        };
+        killed.extend(self.abandoned_watchdogs(run_id, false));
+        killed
+    }
+
+    /// What [`Leftovers::kill`] would kill for `run_id` (a dry run).
+    pub fn would_kill(&mut self, run_id: &str, cgroup: Option<&str>) -> Vec<ProcessInfo> {
+        let mut found = self.tagged().processes(run_id);
+        if let Some(cgroup) = cgroup.filter(|path| self.cgroup_may_exist(path)) {
+            for p in contain::recorded_cgroup_members(Path::new(cgroup), run_id) {
+                if !found.iter().any(|f| f.id == p.id) {
+                    found.push(p);
+                }
+            }
+        }
+        found.extend(self.abandoned_watchdogs(run_id, true));
+        found
+    }
+
+    /// The processes holding the lock of the directory `(dev, ino)` of the dead run `run_id`,
+    /// and whether they are all the run's own (tagged with its id, the exited ones aside).
+    pub fn lock_holders(&mut self, run_id: &str, dev: u64, ino: u64) -> (Vec<LockHolder>, bool) {
+        let holders = lock_holders(dev, ino);
+        let run_holds_it = self.tagged().has(run_id)
+            && holders
+                .iter()
+                .filter(|h| h.command.is_some())
+                .all(|h| u32::try_from(h.pid).is_ok_and(|pid| is_tagged_with(pid, run_id)));
+        (holders, run_holds_it)
+    }
+
+    /// Whether a recorded cgroup is worth handing to `contain`, which verifies it for real: a
+    /// path below the cgroup2 mount (read once per pass) that still exists. A cgroup a watchdog or
+    /// its runner removed then costs one `lstat`, and a forged path outside the mount none.
+    fn cgroup_may_exist(&mut self, path: &str) -> bool {
+        let mount = self
+            .cgroup_mount
+            .get_or_insert_with(|| contain::cgroup2_mount().ok());
+        let below = mount
+            .as_ref()
+            .is_some_and(|m| Path::new(path).starts_with(m));
+        below
+            && rustix::fs::statat(
+                rustix::fs::CWD,
+                path,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW | rustix::fs::AtFlags::NO_AUTOMOUNT,
+            )
+            .is_ok()
+    }
+
+    /// The watchdogs of the dead run `run_id` that the pass over `/proc` found stopped with
+    /// their runner gone, killed (with `dry_run`: only named), see [`watchdogs`].
+    fn abandoned_watchdogs(&mut self, run_id: &str, dry_run: bool) -> Vec<ProcessInfo> {
+        let uid = self.uid;
+        let pids = self.tagged().watchdogs_of(run_id).to_vec();
+        pids.into_iter()
+            .filter_map(|pid| watchdogs::kill_if_abandoned(pid, run_id, uid, dry_run))
+            .collect()
+    }
+}
 
 /// Processes of one user carrying a run id, and processes named like watchdogs, found in one
 /// pass over `/proc`.
 #[derive(Default)]
-pub(super) struct Tagged {
+struct Tagged {
     /// Run id → the processes carrying it.
     by_run: HashMap<Vec<u8>, Vec<TaggedProcess>>,
     /// Run id → the processes titled as its watchdog (see [`super::watchdogs`], which judges
@@ -44,7 +155,7 @@ struct TaggedProcess {
 impl Tagged {
     /// The pass: every process of real uid `uid` (but this one) and the run id it carries, and
     /// every process whose environment could be read that is titled as a run's watchdog.
-    pub fn scan(uid: u32) -> Tagged {
+    fn scan(uid: u32) -> Tagged {
         let run_prefix = format!("{RUN_ID_VAR}=");
         let root_prefix = format!("{ROOT_VAR}=");
         let me = std::process::id();
@@ -75,17 +186,17 @@ impl Tagged {
     }
 
     /// The processes the pass found titled as the watchdog of `run_id`.
-    pub fn watchdogs_of(&self, run_id: &str) -> &[u32] {
+    fn watchdogs_of(&self, run_id: &str) -> &[u32] {
         self.watchdogs.get(run_id).map_or(&[], Vec::as_slice)
     }
 
     /// Whether the pass found processes of `run_id`.
-    pub fn has(&self, run_id: &str) -> bool {
+    fn has(&self, run_id: &str) -> bool {
         self.by_run.contains_key(run_id.as_bytes())
     }
 
     /// The processes of `run_id` the pass found, as they are now (gone ones left out).
-    pub fn processes(&self, run_id: &str) -> Vec<process::ProcessInfo> {
+    fn processes(&self, run_id: &str) -> Vec<process::ProcessInfo> {
         self.by_run
             .get(run_id.as_bytes())
             .into_iter()
@@ -110,58 +221,8 @@ impl Tagged {
     }
 }
 
-/// Why orphans of `run_id` must not be killed from the entry `name`, if they must not.
-pub(super) fn protection(
-    ns: &Namespace,
-    name: &OsStr,
-    run_id: &str,
-    here: &Host,
-    tagged: &Tagged,
-) -> Option<String> {
-    let root = format!("{ROOT_PREFIX}{run_id}");
-    let siblings = [
-        root.clone(),
-        format!("{PENDING_PREFIX}{root}"),
-        format!("{TRASH_PREFIX}{root}"),
-    ];
-    for sibling in siblings.iter().filter(|s| OsStr::new(s) != name) {
-        match rustix::fs::statat(ns.dir(), sibling.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-            Err(rustix::io::Errno::NOENT) => continue,
-            _ if provably_dead(ns, sibling, run_id, here) => continue,
-            _ => {
-                return Some(format!(
-                    "run {run_id} also has {sibling}, which is not provably dead: \
-                     nothing of the run is touched"
-                ))
-            }
-        }
-    }
-    tagged.foreign_root(ns, run_id).map(|root| {
-        format!(
-            "processes of run {run_id} belong to {root}, outside this state directory: \
-             nothing of the run is touched"
-        )
-    })
-}
-
-/// Whether the entry `name` is a root of `run_id` whose owner is provably dead and whose lock is
-/// free. The lock is tried only once a valid marker exists: its owner then already holds it.
-fn provably_dead(ns: &Namespace, name: &str, run_id: &str, here: &Host) -> bool {
-    let Ok(dir) = rustix::fs::openat(
-        ns.dir(),
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) else {
-        return false;
-    };
-    let dead = Marker::read(std::os::fd::AsFd::as_fd(&dir), ns.user())
-        .is_ok_and(|m| m.run_id == run_id && m.owner.liveness(&m.host, here).is_dead());
-    dead && rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive).is_ok()
-}
-
 /// The processes holding `flock`s on the inode `(dev, ino)`, this one excepted.
-pub(super) fn lock_holders(dev: u64, ino: u64) -> Vec<LockHolder> {
+fn lock_holders(dev: u64, ino: u64) -> Vec<LockHolder> {
     let text = std::fs::read_to_string("/proc/locks").unwrap_or_default();
     let me = std::process::id() as i32;
     let wanted = (
@@ -217,7 +278,7 @@ pub(super) fn describe(holders: &[LockHolder]) -> String {
 }
 
 /// Whether `pid` carries `CLEANROOM_RUN_ID=run_id` (read now, not from the pass).
-pub(super) fn is_tagged_with(pid: u32, run_id: &str) -> bool {
+fn is_tagged_with(pid: u32, run_id: &str) -> bool {
     process::environ_has(pid, format!("{RUN_ID_VAR}={run_id}").as_bytes())
 }
 

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use windows_sys::Win32::Foundation::{ERROR_FILE_NOT_FOUND, ERROR_PATH_NOT_FOUND};
 use windows_sys::Win32::Storage::FileSystem::{
-    DeleteFileW, RemoveDirectoryW, SetFileAttributesW, FILE_ATTRIBUTE_DIRECTORY,
-    FILE_ATTRIBUTE_NORMAL, FILE_ATTRIBUTE_READONLY, FILE_ATTRIBUTE_REPARSE_POINT,
+    FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_NORMAL, FILE_ATTRIBUTE_READONLY,
+    FILE_ATTRIBUTE_REPARSE_POINT,
 };
 
 use super::WalkStats;
@@ -247,22 +247,16 @@ fn walk(dir: &Path, keep_marker: bool, deadline: Option<Instant>, stats: &mut Wa
 /// Deletes a file, or an empty directory, or a reparse point itself (a directory link is
 /// removed with RemoveDirectory, which removes the link, never its target).
 fn delete(path: &Path, is_dir: bool) -> io::Result<()> {
-    let name = win::long_path(path);
-    // SAFETY: `name` is a NUL-terminated UTF-16 path that outlives the call.
-    win::check(unsafe {
-        if is_dir {
-            RemoveDirectoryW(name.as_ptr())
-        } else {
-            DeleteFileW(name.as_ptr())
-        }
-    })
+    if is_dir {
+        win::remove_directory(path)
+    } else {
+        win::delete_file(path)
+    }
 }
 
+/// Clears the attributes of `path` (a reparse point itself, not its target).
 fn clear_read_only(path: &Path) -> io::Result<()> {
-    let name = win::long_path(path);
-    // SAFETY: `name` is a NUL-terminated UTF-16 path. SetFileAttributes acts on a reparse
-    // point itself, not on its target.
-    win::check(unsafe { SetFileAttributesW(name.as_ptr(), FILE_ATTRIBUTE_NORMAL) })
+    win::set_file_attributes(path, FILE_ATTRIBUTE_NORMAL)
 }
 
 /// The `\\?\` form of `path`, for std's own calls.

@@ -8,8 +8,6 @@
 
 use std::path::Path;
 
-use windows_sys::Win32::Storage::FileSystem::MoveFileExW;
-
 use super::{RootOptions, LAYOUT_DIRS};
 use crate::error::{IoContext, Result};
 use crate::marker::Marker;
@@ -69,7 +67,5 @@ fn fill(pending: &Path, marker: &Marker, options: &RootOptions) -> Result<()> {
 
 /// Renames `from` to `to`, never replacing anything (no MOVEFILE_REPLACE_EXISTING).
 fn publish(from: &Path, to: &Path) -> Result<()> {
-    let (a, b) = (win::long_path(from), win::long_path(to));
-    // SAFETY: both are NUL-terminated UTF-16 paths that outlive the call.
-    win::check(unsafe { MoveFileExW(a.as_ptr(), b.as_ptr(), 0) }).at("publish root", to)
+    win::move_file(from, to, 0).at("publish root", to)
 }

@@ -9,11 +9,13 @@
 //!   watchdog, protection in the child, exclusive locks, signals read from a signalfd, the
 //!   terminal's foreground handed to the command;
 //! - Windows (`windows.rs`): exclusive locks, a Job Object per run, Ctrl-C/Ctrl-Break counted
-//!   by a console handler (docs/windows.md).
+//!   by a console handler (docs/windows.md);
+//! - macOS (`macos.rs`, type-checked only): exclusive locks, a process group per run, the
+//!   runner's signals counted by a handler (docs/macos.md).
 //!
-//! Protection and the timeout's signal are Linux's today (`protect` has no Windows backend
-//! yet): their settings exist on Linux only, and the report's fields a platform cannot fill are
-//! `null` or empty there (see [`crate::report`]). Exclusive locks are taken by both platforms
+//! Protection and the timeout's signal are Linux's today (`protect` has no other backend):
+//! their settings exist on Linux only, and the report's fields a platform cannot fill are
+//! `null` or empty there (see [`crate::report`]). Exclusive locks are taken by every platform
 //! first, before anything of the run exists, and released once its processes are gone.
 //!
 //! Every platform:
@@ -32,6 +34,9 @@
 mod builder;
 #[cfg(target_os = "linux")]
 #[path = "linux.rs"]
+mod os;
+#[cfg(target_os = "macos")]
+#[path = "macos.rs"]
 mod os;
 #[cfg(windows)]
 #[path = "windows.rs"]
@@ -108,7 +113,8 @@ pub struct RunConfig {
     #[cfg(target_os = "linux")]
     pub timeout_signal: rustix::process::Signal,
     /// `--grace`: between TERM and KILL on timeout or interrupt (Windows: between the first
-    /// Ctrl-C and the termination of the job).
+    /// Ctrl-C and the termination of the job; macOS: between the first signal to the process
+    /// group and its KILL).
     pub grace: Duration,
     /// Between TERM and KILL for leaked processes.
     pub leak_grace: Duration,
@@ -118,7 +124,7 @@ pub struct RunConfig {
     pub keep_root: KeepRoot,
     /// `--keep-root-count`: how many roots kept on failure stay (the newest).
     pub keep_root_count: u32,
-    /// `--contain` (Linux's ladder; Windows always uses a Job Object).
+    /// `--contain` (Linux's ladder; Windows always uses a Job Object, macOS a process group).
     pub contain: ContainMode,
     /// Environment options.
     pub env: EnvOptions,

@@ -12,14 +12,13 @@
 //! The namespace, the reclamation at start, the end of the root, the exit status and the report
 //! are `run`'s (`mod.rs`). Protection has no Windows backend yet.
 
-use std::os::windows::io::AsRawHandle;
+use std::os::windows::io::AsHandle;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use windows_sys::Win32::Foundation::{ERROR_BAD_EXE_FORMAT, WAIT_OBJECT_0};
-use windows_sys::Win32::System::Console::{SetConsoleCtrlHandler, CTRL_BREAK_EVENT, CTRL_C_EVENT};
-use windows_sys::Win32::System::Threading::WaitForSingleObject;
+use windows_sys::Win32::Foundation::ERROR_BAD_EXE_FORMAT;
+use windows_sys::Win32::System::Console::{CTRL_BREAK_EVENT, CTRL_C_EVENT};
 
 use super::{
     create_root, env_info, finish_root, pass_locks, spawn_status, take_locks, Event, Outcome, Ran,
@@ -32,6 +31,7 @@ use crate::marker::Kept;
 use crate::namespace::Namespace;
 use crate::report::{ContainmentInfo, Ending};
 use crate::root::Root;
+use crate::sys::windows as win;
 
 /// Console control events seen by the runner.
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
@@ -76,8 +76,8 @@ pub(super) fn execute(
         .env_clear()
         .envs(&child_env.vars);
     let mut outcome = Outcome::default();
-    // SAFETY: the handler is a plain function that only touches an atomic.
-    unsafe { SetConsoleCtrlHandler(Some(on_console_event), 1) };
+    // Without the handler (no console), Ctrl-C cannot reach the runner anyway.
+    let _ = win::set_console_ctrl_handler(on_console_event, true);
     match job.spawn(&mut command, 0) {
         Ok(mut child) => {
             wait(&mut child, &job, config, &mut outcome);
@@ -96,8 +96,7 @@ pub(super) fn execute(
             outcome.spawn_failure = Some(spawn_status(&e));
         }
     }
-    // SAFETY: removes the handler added above.
-    unsafe { SetConsoleCtrlHandler(Some(on_console_event), 0) };
+    let _ = win::set_console_ctrl_handler(on_console_event, false);
     drop((job, held_locks));
     let exit = outcome.exit_info(config.on_leak, None);
     let root_path = root.path().to_path_buf();
@@ -128,8 +127,7 @@ fn wait(child: &mut std::process::Child, job: &Job, config: &RunConfig, outcome:
     let mut interrupted_at: Option<Instant> = None;
     let seen = INTERRUPTS.load(Ordering::SeqCst);
     loop {
-        // SAFETY: the child's process handle is open; a bounded wait.
-        let exited = unsafe { WaitForSingleObject(child.as_raw_handle(), 50) } == WAIT_OBJECT_0;
+        let exited = win::wait_signalled(child.as_handle(), 50);
         let now = Instant::now();
         let interrupts = INTERRUPTS.load(Ordering::SeqCst) - seen;
         if interrupts > 0 && interrupted_at.is_none() {

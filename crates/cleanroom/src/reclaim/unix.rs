@@ -1,13 +1,20 @@
-//! Reclamation on Linux: how one entry is judged (`judge`), what its dead run left and whether
-//! it may be killed (`orphans`, `watchdogs`), how long a root kept on failure stays
-//! (`retention`), and what the start of runs remembers between them (`state`). The order of
-//! checks is the parent module's doc; the types, the budget and the loop over entries are the
-//! parent's too.
+//! Reclamation on Linux and macOS: how one entry is judged (`judge`), how long a root kept on
+//! failure stays (`retention`), what the start of runs remembers between them (`state`), and
+//! the pass over the namespace that ties them together; all of it POSIX (fd-relative `openat`,
+//! `flock`, extended attributes). What a dead run left running is the platform's (`orphans`):
+//! Linux finds it by the run's tag in `/proc`, its recorded cgroup and its abandoned watchdog
+//! (`orphans.rs`, `watchdogs.rs`); macOS finds nothing (`macos.rs`). The order of checks is the
+//! parent module's doc; the types, the budget and the loop over entries are the parent's too.
 
 mod judge;
+#[cfg(target_os = "linux")]
+mod orphans;
+#[cfg(target_os = "macos")]
+#[path = "macos.rs"]
 mod orphans;
 mod retention;
 mod state;
+#[cfg(target_os = "linux")]
 mod watchdogs;
 
 use std::collections::HashSet;
@@ -15,17 +22,18 @@ use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use rustix::fs::{AtFlags, FlockOperation, OFlags};
+
 use super::{disk_usage, now_ms, Budget, Clock, Entry, EntryState, GcOptions, GcSummary};
-use crate::contain;
-use crate::namespace::{EntryKind, Namespace};
+use crate::marker::Marker;
+use crate::namespace::{EntryKind, Namespace, PENDING_PREFIX, ROOT_PREFIX, TRASH_PREFIX};
 use crate::process::Host;
 use crate::remove::{self, RemovalStatus};
 
 use judge::Judged;
-use orphans::Tagged;
+use orphans::Leftovers;
 
 /// Whether a pass may act, or only look.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -43,10 +51,9 @@ struct Pass<'a> {
     mode: Mode,
     include_kept: bool,
     clock: Clock,
-    /// The one pass over `/proc`, made when the first candidate needs it.
-    tagged: Option<Tagged>,
-    /// The cgroup2 mount, read when the first recorded cgroup is met.
-    cgroup_mount: Option<Option<PathBuf>>,
+    /// What dead runs left running, as the platform finds it (on Linux, one pass over `/proc`,
+    /// made when the first candidate needs it).
+    leftovers: Leftovers,
     /// The roots kept on failure, read when the first one is judged.
     kept_on_failure: Option<retention::KeptOnFailure>,
     /// Leftovers not to try (known stuck, at the start of a run).
@@ -74,8 +81,7 @@ impl<'a> Pass<'a> {
             mode,
             include_kept,
             clock: Clock::start(budget),
-            tagged: None,
-            cgroup_mount: None,
+            leftovers: Leftovers::new(ns.euid()),
             kept_on_failure: None,
             skip: HashSet::new(),
             settle_locks: mode == Mode::Reclaim,
@@ -89,9 +95,13 @@ impl<'a> Pass<'a> {
         })
     }
 
-    fn tagged(&mut self) -> &Tagged {
-        let uid = self.ns.euid();
-        self.tagged.get_or_insert_with(|| Tagged::scan(uid))
+    /// Why nothing of run `run_id` may be killed or removed from the entry `name`, if so: another
+    /// entry of the namespace carries the run id and is not provably dead (a forged
+    /// `.trash-run-<live id>` next to the live `run-<live id>`), or processes of the run belong to
+    /// a root outside this namespace.
+    fn protection(&mut self, name: &OsStr, run_id: &str) -> Option<String> {
+        sibling_alive(self.ns, name, run_id, &self.here)
+            .or_else(|| self.leftovers.outside(self.ns, run_id))
     }
 
     /// Judges `name` completely: a `Locked` verdict is settled, a candidate's run id checked for
@@ -114,9 +124,7 @@ impl<'a> Pass<'a> {
         }
         if judged.entry.state.is_candidate() {
             if let Some(run_id) = judged.entry.run_id.clone() {
-                let here = self.here.clone();
-                let ns = self.ns;
-                if let Some(reason) = orphans::protection(ns, name, &run_id, &here, self.tagged()) {
+                if let Some(reason) = self.protection(name, &run_id) {
                     judged = judged.left(EntryState::Live, reason);
                 }
             }
@@ -140,11 +148,7 @@ impl<'a> Pass<'a> {
             );
         }
         if self.settle_locks {
-            let protected = {
-                let (ns, here) = (self.ns, self.here.clone());
-                orphans::protection(ns, &judged.entry.raw_name, &run_id, &here, self.tagged())
-            };
-            if let Some(reason) = protected {
+            if let Some(reason) = self.protection(&judged.entry.raw_name, &run_id) {
                 return judged.left(EntryState::Live, reason);
             }
             let cgroup = judged.marker.as_ref().and_then(|m| m.cgroup.clone());
@@ -161,11 +165,7 @@ impl<'a> Pass<'a> {
                 return settled;
             }
         }
-        let holders = orphans::lock_holders(dev, ino);
-        let run_holds_it = self.tagged().has(&run_id)
-            && holders.iter().filter(|h| h.command.is_some()).all(|h| {
-                u32::try_from(h.pid).is_ok_and(|pid| orphans::is_tagged_with(pid, &run_id))
-            });
+        let (holders, run_holds_it) = self.leftovers.lock_holders(&run_id, dev, ino);
         let holders_text = orphans::describe(&holders);
         if run_holds_it && self.mode == Mode::Inspect {
             let mut settled = judged.dead_and_locked(self.include_kept);
@@ -189,39 +189,10 @@ impl<'a> Pass<'a> {
         judged.left(EntryState::Locked, reason)
     }
 
-    /// Kills what the dead run `run_id` left: its tagged processes (only if the pass found any)
-    /// and its recorded cgroup (which `contain` verifies; a missing one costs one failed open).
+    /// Kills what the dead run `run_id` (with the cgroup its marker records, if any) left.
     fn kill_orphans(&mut self, run_id: &str, cgroup: Option<&str>) {
-        let uid = self.ns.euid();
-        let cgroup = cgroup.filter(|path| self.cgroup_may_exist(path));
-        let killed = if self.tagged().has(run_id) {
-            contain::kill_orphans(run_id, uid, cgroup)
-        } else if let Some(cgroup) = cgroup {
-            contain::kill_cgroup_path(std::path::Path::new(cgroup), run_id)
-        } else {
-            Vec::new()
-        };
+        let killed = self.leftovers.kill(run_id, cgroup);
         self.summary.killed.extend(killed);
-        self.kill_abandoned_watchdogs(run_id);
-    }
-
-    /// Whether a recorded cgroup is worth handing to `contain`, which verifies it for real: a
-    /// path below the cgroup2 mount (read once per pass) that still exists. A cgroup a watchdog or
-    /// its runner removed then costs one `lstat`, and a forged path outside the mount none.
-    fn cgroup_may_exist(&mut self, path: &str) -> bool {
-        let mount = self
-            .cgroup_mount
-            .get_or_insert_with(|| contain::cgroup2_mount().ok());
-        let below = mount
-            .as_ref()
-            .is_some_and(|m| std::path::Path::new(path).starts_with(m));
-        below
-            && rustix::fs::statat(
-                rustix::fs::CWD,
-                path,
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW | rustix::fs::AtFlags::NO_AUTOMOUNT,
-            )
-            .is_ok()
     }
 
     /// Kills what the dead run of a kept root left (in a dry run: names it), unless its run id
@@ -230,9 +201,7 @@ impl<'a> Pass<'a> {
         let (Some(run_id), Some(marker)) = (&judged.entry.run_id, &judged.marker) else {
             return;
         };
-        let (ns, here) = (self.ns, self.here.clone());
-        let name = judged.entry.raw_name.as_os_str();
-        if orphans::protection(ns, name, run_id, &here, self.tagged()).is_some() {
+        if self.protection(&judged.entry.raw_name, run_id).is_some() {
             return;
         }
         match self.mode {
@@ -241,29 +210,10 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Kills the watchdogs of the dead run `run_id` that the pass over `/proc` found stopped with
-    /// their runner gone (in a dry run: names them), see [`watchdogs`].
-    fn kill_abandoned_watchdogs(&mut self, run_id: &str) {
-        let (uid, dry_run) = (self.ns.euid(), self.mode == Mode::Inspect);
-        let pids = self.tagged().watchdogs_of(run_id).to_vec();
-        let killed = pids
-            .into_iter()
-            .filter_map(|pid| watchdogs::kill_if_abandoned(pid, run_id, uid, dry_run));
-        self.summary.killed.extend(killed);
-    }
-
     /// What would be killed for `run_id` (a dry run).
     fn would_kill(&mut self, run_id: &str, cgroup: Option<&str>) {
-        let mut found = self.tagged().processes(run_id);
-        if let Some(cgroup) = cgroup.filter(|path| self.cgroup_may_exist(path)) {
-            for p in contain::recorded_cgroup_members(std::path::Path::new(cgroup), run_id) {
-                if !found.iter().any(|f| f.id == p.id) {
-                    found.push(p);
-                }
-            }
-        }
+        let found = self.leftovers.would_kill(run_id, cgroup);
         self.summary.killed.extend(found);
-        self.kill_abandoned_watchdogs(run_id);
     }
 
     /// Sweeps `locks/` (see [`crate::lock::sweep`]); in a dry run, counts what would go.
@@ -391,6 +341,46 @@ fn lock_within(judged: &Judged, patience: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Why run `run_id` must not be touched from the entry `name`, if it must not: another entry of
+/// the namespace carries the run id and is not provably dead.
+fn sibling_alive(ns: &Namespace, name: &OsStr, run_id: &str, here: &Host) -> Option<String> {
+    let root = format!("{ROOT_PREFIX}{run_id}");
+    let siblings = [
+        root.clone(),
+        format!("{PENDING_PREFIX}{root}"),
+        format!("{TRASH_PREFIX}{root}"),
+    ];
+    for sibling in siblings.iter().filter(|s| OsStr::new(s) != name) {
+        match rustix::fs::statat(ns.dir(), sibling.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Err(rustix::io::Errno::NOENT) => continue,
+            _ if provably_dead(ns, sibling, run_id, here) => continue,
+            _ => {
+                return Some(format!(
+                    "run {run_id} also has {sibling}, which is not provably dead: \
+                     nothing of the run is touched"
+                ))
+            }
+        }
+    }
+    None
+}
+
+/// Whether the entry `name` is a root of `run_id` whose owner is provably dead and whose lock is
+/// free. The lock is tried only once a valid marker exists: its owner then already holds it.
+fn provably_dead(ns: &Namespace, name: &str, run_id: &str, here: &Host) -> bool {
+    let Ok(dir) = rustix::fs::openat(
+        ns.dir(),
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return false;
+    };
+    let dead = Marker::read(std::os::fd::AsFd::as_fd(&dir), ns.user())
+        .is_ok_and(|m| m.run_id == run_id && m.owner.liveness(&m.host, here).is_dead());
+    dead && rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
 /// The names in the namespace, sorted (`.` and `..` left out).
