@@ -1,6 +1,7 @@
 //! The platforms' system interfaces below the library's parts: FFI helpers that more than one
 //! part of one platform shares (UTF-16 paths, owned handles and Win32 errors on Windows;
-//! `sysctl` strings and the per-user temp dir on macOS).
+//! `sysctl` strings and the per-user temp dir on macOS; the password database on both Unix
+//! platforms).
 //!
 //! Invariant: `sys` imports nothing of the crate above it. Every `unsafe` block here wraps one
 //! system call with a `// SAFETY:` note on the contract it keeps, and hands its caller a safe
@@ -8,5 +9,7 @@
 
 #[cfg(target_os = "macos")]
 pub(crate) mod macos;
+#[cfg(unix)]
+pub(crate) mod unix;
 #[cfg(windows)]
 pub(crate) mod windows;
