@@ -1,8 +1,8 @@
 //! Hooks a `Command`'s child runs between fork and exec (`pre_exec`, which is unsafe because the
 //! child of a multi-threaded process may only make async-signal-safe calls there). A closed set
 //! registers one fixed hook each ([`reset_signals_on_exec`], [`join_cgroup_on_exec`],
-//! [`take_terminal_on_exec`]); [`run_on_exec`] takes a child program, under the contract of
-//! every child program (`sys::linux`'s module docs).
+//! [`take_terminal_on_exec`]); [`run_on_exec`] and [`hook`] take the sandbox's steps, under the
+//! contract of every child program (`sys::linux`'s module docs).
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -24,6 +24,16 @@ pub(crate) fn run_on_exec(
     unsafe {
         command.pre_exec(move || program(&InChild::new()));
     }
+}
+
+/// `program` as the function a spawner that does not use `Command` (tokio's `pre_exec`, the
+/// exec-server's vfork-style clone) calls in its child between fork and exec. `program` must be
+/// async-signal-safe, as [`super::fork::fork`]'s; the returned function may be called only
+/// there.
+pub(crate) fn hook(
+    program: impl Fn(&InChild) -> io::Result<()> + Send + Sync + 'static,
+) -> impl Fn() -> io::Result<()> + Send + Sync + 'static {
+    move || program(&InChild::new())
 }
 
 /// Makes `command` start with default signal dispositions and no blocked signal (SIGKILL and
