@@ -15,15 +15,16 @@
 mod container;
 mod watchdog;
 
+pub use crate::sys::linux::fork::{CloneArgs, CLONE_INTO_CGROUP};
 pub use container::{Contained, Container, Leftovers, SubCgroup};
 pub use watchdog::Watchdog;
 pub(crate) use watchdog::{COMM as WATCHDOG_COMM, TITLE_PREFIX as WATCHDOG_TITLE_PREFIX};
 
 use std::fs;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
@@ -32,6 +33,7 @@ use super::{kill_until_empty, Listed};
 use crate::error::IoContext;
 use crate::error::{Error, Result};
 use crate::process::{self, ProcessInfo};
+use crate::sys::linux as sys;
 
 /// Makes the calling process a child subreaper: orphaned descendants re-parent to it.
 pub fn set_subreaper() -> Result<()> {
@@ -44,23 +46,7 @@ pub fn set_subreaper() -> Result<()> {
 /// starts background jobs with INT and QUIT ignored; a command started like that could never be
 /// asked to stop. Register it before any other `pre_exec` hook that saves and restores the mask.
 pub fn reset_signals_on_exec(command: &mut Command) {
-    // SAFETY: runs between fork and exec and makes only async-signal-safe calls (signal,
-    // sigemptyset, pthread_sigmask) on a set on the stack.
-    unsafe {
-        command.pre_exec(|| {
-            for signal in 1..32 {
-                if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                    libc::signal(signal, libc::SIG_DFL);
-                }
-            }
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            match libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) {
-                0 => Ok(()),
-                rc => Err(std::io::Error::from_raw_os_error(rc)),
-            }
-        });
-    }
+    sys::exec::reset_signals_on_exec(command);
 }
 
 /// `PIDFD_SIGNAL_PROCESS_GROUP` (Linux 6.9): signal the process group of a pidfd's process.
@@ -81,8 +67,7 @@ pub fn kill_group_of(leader: &OwnedFd, group: i32) {
 
 /// `signal` to the process group of `leader`, as [`kill_group_of`] sends SIGKILL.
 pub fn signal_group_of(leader: &OwnedFd, group: i32, signal: libc::c_int) {
-    // SAFETY: raw syscalls on a descriptor we own.
-    unsafe { signal_group_raw(leader.as_raw_fd(), group, signal) }
+    signal_group(leader.as_fd(), group, signal);
 }
 
 /// Whether the process group of `leader` may still have members, so that signalling it through
@@ -91,65 +76,30 @@ pub fn signal_group_of(leader: &OwnedFd, group: i32, signal: libc::c_int) {
 /// without `PIDFD_SIGNAL_PROCESS_GROUP` once the leader is reaped (the group is then out of
 /// [`kill_group_of`]'s reach anyway).
 pub fn group_may_have_members(leader: &OwnedFd) -> bool {
-    // SAFETY: signal 0 (a check, nothing is sent) through a descriptor we own.
-    let rc = unsafe { send_through(leader.as_raw_fd(), 0, PIDFD_SIGNAL_PROCESS_GROUP) };
-    match rc {
-        0 => true,
-        _ if errno() == libc::EINVAL => {
-            // SAFETY: as above, to the pidfd's own process.
-            unsafe { send_through(leader.as_raw_fd(), 0, 0) == 0 }
+    // Signal 0: a check, nothing is sent.
+    match sys::process::pidfd_send_signal(leader.as_fd(), 0, PIDFD_SIGNAL_PROCESS_GROUP) {
+        Ok(()) => true,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            // As above, to the pidfd's own process.
+            sys::process::pidfd_send_signal(leader.as_fd(), 0, 0).is_ok()
         }
-        _ => false,
+        Err(_) => false,
     }
 }
 
-/// [`signal_group_of`] on a raw pidfd, in raw syscalls only (the watchdog calls it after a
-/// fork).
-///
-/// # Safety
-/// `leader` must be an open pidfd on the leader of `group` (or the process that was): the signal
-/// goes wherever the descriptor points, and, on an old kernel, to the number `group`.
-pub(super) unsafe fn signal_group_raw(leader: libc::c_int, group: i32, signal: libc::c_int) {
-    // SAFETY: the caller's contract: `leader` is the group leader's open pidfd.
-    if unsafe { send_through(leader, signal, PIDFD_SIGNAL_PROCESS_GROUP) } == 0
-        || errno() != libc::EINVAL
-    {
-        return;
+/// [`signal_group_of`] on a borrowed pidfd, in raw system calls only (the watchdog calls it
+/// after a fork). The signal goes wherever `leader` points, and, on an old kernel, to the number
+/// `group` while the leader is not reaped.
+pub(super) fn signal_group(leader: BorrowedFd<'_>, group: i32, signal: libc::c_int) {
+    match sys::process::pidfd_send_signal(leader, signal, PIDFD_SIGNAL_PROCESS_GROUP) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+        _ => return,
     }
-    // SAFETY: as above; signal 0 only checks that the leader is not reaped yet.
-    if unsafe { send_through(leader, 0, 0) } == 0 {
-        // SAFETY: kill(2) takes no pointer; the leader's zombie still holds the number `group`,
-        // so no other group can have it (the window is in the doc of `kill_group_of`).
-        unsafe { libc::kill(-group, signal) };
+    // Signal 0 only checks that the leader is not reaped yet: its zombie still holds the number
+    // `group`, so no other group can have it (the window is in the doc of `kill_group_of`).
+    if sys::process::pidfd_send_signal(leader, 0, 0).is_ok() {
+        let _ = sys::process::kill_process_group(group, signal);
     }
-}
-
-/// `pidfd_send_signal(leader, signal, NULL, flags)`: 0, or -1 with errno set.
-///
-/// # Safety
-/// `leader` must be an open pidfd of the process (or group) meant to get `signal`.
-unsafe fn send_through(
-    leader: libc::c_int,
-    signal: libc::c_int,
-    flags: libc::c_uint,
-) -> libc::c_long {
-    // SAFETY: pidfd_send_signal with a null siginfo (allowed: the kernel fills it in) reads no
-    // memory of ours; the caller vouches for `leader`.
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            leader,
-            signal,
-            std::ptr::null::<libc::siginfo_t>(),
-            flags,
-        )
-    }
-}
-
-/// The calling thread's errno (async-signal-safe: the watchdog reads it after a fork).
-pub(super) fn errno() -> libc::c_int {
-    // SAFETY: the thread's own errno location.
-    unsafe { *libc::__errno_location() }
 }
 
 /// Reaps exited children of this process that `keep` does not claim (for processes that share
@@ -324,8 +274,9 @@ pub(super) struct Cgroup {
     path: PathBuf,
     /// The leaf itself, for its control files and `clone3(CLONE_INTO_CGROUP)`.
     dir: OwnedFd,
-    /// `cgroup.procs`, open for writing, for the child to join in pre_exec.
-    procs: OwnedFd,
+    /// `cgroup.procs`, open for writing, for the child to join in pre_exec (shared with the
+    /// hooks of the commands that join it).
+    procs: Arc<OwnedFd>,
 }
 
 impl Cgroup {
@@ -371,7 +322,11 @@ impl Cgroup {
         let fds = open(&procs_path, OFlags::WRONLY)
             .and_then(|procs| Ok((procs, open(&path, OFlags::RDONLY | OFlags::DIRECTORY)?)));
         match fds {
-            Ok((procs, dir)) => Ok(Cgroup { path, procs, dir }),
+            Ok((procs, dir)) => Ok(Cgroup {
+                path,
+                procs: Arc::new(procs),
+                dir,
+            }),
             Err(e) => {
                 let _ = fs::remove_dir(&path);
                 Err(e)
@@ -389,11 +344,11 @@ impl Cgroup {
     /// hook then runs after the other hooks, which is as good: `cgroup.procs` is already open,
     /// and nothing of the command runs before exec).
     pub(super) fn spawn(&self, command: &mut Command) -> std::io::Result<i32> {
-        if process::single_threaded() {
-            match clone_into(&self.dir, command) {
-                Err(e) if clone3_unsupported(&e) => {}
-                result => return result,
-            }
+        match sys::fork::spawn_into_cgroup(self.dir.as_fd(), command) {
+            Ok(None) => {}
+            Err(e) if clone3_unsupported(&e) => {}
+            Ok(Some(pid)) => return Ok(pid),
+            Err(e) => return Err(e),
         }
         self.configure(command);
         command.spawn().map(|child| child.id() as i32)
@@ -404,23 +359,11 @@ impl Cgroup {
     }
 
     pub(super) fn procs(&self) -> std::os::fd::BorrowedFd<'_> {
-        std::os::fd::AsFd::as_fd(&self.procs)
+        self.procs.as_fd()
     }
 
     pub(super) fn configure(&self, command: &mut Command) {
-        let fd = self.procs.as_raw_fd();
-        // SAFETY: the closure runs between fork and exec and makes a single write(2) on a
-        // descriptor that stays open in the parent for the Command's lifetime; no allocation.
-        unsafe {
-            command.pre_exec(move || {
-                let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
-                if rc == 1 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
+        sys::exec::join_cgroup_on_exec(command, Arc::clone(&self.procs));
     }
 
     /// Removes the leaf if nothing is in it any more (once, no waiting); a leaf still populated
@@ -476,38 +419,6 @@ impl Cgroup {
     }
 }
 
-/// `struct clone_args` of clone3(2), up to `cgroup` (`CLONE_ARGS_SIZE_VER2`), for a child born
-/// in a cgroup (here, and the exec-server's vfork-style spawn).
-#[repr(C)]
-#[derive(Debug, Default)]
-pub struct CloneArgs {
-    /// `CLONE_*` flags.
-    pub flags: u64,
-    /// Where `CLONE_PIDFD` stores the pidfd (an `int *`).
-    pub pidfd: u64,
-    /// `CLONE_CHILD_SETTID`/`CLEARTID` address.
-    pub child_tid: u64,
-    /// `CLONE_PARENT_SETTID` address.
-    pub parent_tid: u64,
-    /// The signal the parent gets at the child's exit.
-    pub exit_signal: u64,
-    /// Lowest address of the child's stack (0: the parent's, as fork).
-    pub stack: u64,
-    /// Its size.
-    pub stack_size: u64,
-    /// `CLONE_SETTLS` value.
-    pub tls: u64,
-    /// Pids to ask for (`set_tid` array address).
-    pub set_tid: u64,
-    /// Their number.
-    pub set_tid_size: u64,
-    /// The cgroup directory's descriptor, with `CLONE_INTO_CGROUP`.
-    pub cgroup: u64,
-}
-
-/// `CLONE_INTO_CGROUP` from `<linux/sched.h>`: the child starts in the cgroup `cgroup` names.
-pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
 /// Whether clone3 failed because this kernel lacks it or `CLONE_INTO_CGROUP` (then the
 /// `cgroup.procs` join is used), rather than because the spawn itself failed.
 fn clone3_unsupported(e: &std::io::Error) -> bool {
@@ -515,59 +426,6 @@ fn clone3_unsupported(e: &std::io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL)
     )
-}
-
-/// Forks a child born in the cgroup `dir`, which runs `command`'s hooks and execs it
-/// (`Command::exec`); an exec or hook failure comes back as its errno through a CLOEXEC pipe,
-/// as `Command::spawn` reports it. The caller is single-threaded, so the child, a plain copy
-/// of it, may allocate like the child of `fork(2)`.
-fn clone_into(dir: &OwnedFd, command: &mut Command) -> std::io::Result<i32> {
-    let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    let mut args = CloneArgs {
-        flags: CLONE_INTO_CGROUP,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: dir.as_raw_fd() as u64,
-        ..CloneArgs::default()
-    };
-    // SAFETY: clone3 without CLONE_VM or a stack is fork(2) into a cgroup; `args` outlives
-    // the call and its size is passed.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if pid == 0 {
-        drop(reader);
-        let errno = command.exec().raw_os_error().unwrap_or(libc::EINVAL);
-        let _ = rustix::io::write(&writer, &errno.to_ne_bytes());
-        // SAFETY: _exit ends the child without running the parent's atexit handlers.
-        unsafe { libc::_exit(127) };
-    }
-    drop(writer);
-    let mut errno = [0u8; 4];
-    let mut got = 0;
-    while got < errno.len() {
-        match rustix::io::read(&reader, &mut errno[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    if got == 0 {
-        return Ok(pid as i32);
-    }
-    // The child failed before exec: reap it, as Command::spawn does.
-    let _ = rustix::process::waitpid(
-        rustix::process::Pid::from_raw(pid as i32),
-        rustix::process::WaitOptions::empty(),
-    );
-    Err(std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno)))
 }
 
 fn is_root_cgroup(path: &Path) -> bool {

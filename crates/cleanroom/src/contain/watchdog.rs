@@ -18,11 +18,17 @@
 //! signal to the runner's process group or terminal does not reach it), and is never a member
 //! of the run (it is excluded from the runner's descendants and is outside the leaf).
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::ffi::{CStr, CString};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use super::errno;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal};
+
 use crate::error::{Error, Result};
+use crate::sys::linux::fork::{self, ArgvArea, InChild};
 
 /// How long a watchdog keeps killing after the runner died.
 const KILL_FOR: Duration = Duration::from_secs(5);
@@ -58,24 +64,23 @@ pub struct Watchdog {
 
 /// What the watchdog works from, prepared before the fork.
 ///
-/// Invariant: its descriptors are open for as long as it lives. Only [`Watchdog::start`] makes
-/// one, from descriptors it keeps open until the plan is dropped; in the child, which never
-/// returns from [`watch`], they stay open.
-struct Plan {
-    pipe: RawFd,
+/// Invariant: its descriptors are borrowed from [`Watchdog::start`], which keeps them open
+/// across the fork; in the child, which leaves [`watch`] only to exit, they stay open.
+struct Plan<'a> {
+    pipe: BorrowedFd<'a>,
     /// A pidfd on the runner: readable once it is dead.
-    runner: RawFd,
-    cgroup: Option<RawFd>,
-    dev_null: RawFd,
+    runner: BorrowedFd<'a>,
+    cgroup: Option<BorrowedFd<'a>>,
+    dev_null: BorrowedFd<'a>,
     /// `\0CLEANROOM_RUN_ID=<id>\0`: an exact entry of a NUL-separated environment.
     needle: Vec<u8>,
-    uid: libc::uid_t,
+    uid: u32,
     /// `cleanroom watchdog <run id>`, written over the inherited argv so that `ps` names it
     /// (and nothing takes it for the runner or the command), with the argv area it goes in.
     title: Vec<u8>,
-    argv: Option<(usize, usize)>,
+    argv: Option<ArgvArea>,
     /// The leaf's parent and name, to remove the leaf once it is empty.
-    cgroup_parent: Option<(RawFd, std::ffi::CString)>,
+    cgroup_parent: Option<(BorrowedFd<'a>, CString)>,
 }
 
 impl Watchdog {
@@ -116,39 +121,31 @@ impl Watchdog {
             None => None,
         };
         let plan = Plan {
-            pipe: read.as_raw_fd(),
-            runner: runner.as_raw_fd(),
-            cgroup: cgroup.map(|(dir, _)| dir.as_raw_fd()),
+            pipe: read.as_fd(),
+            runner: runner.as_fd(),
+            cgroup: cgroup.map(|(dir, _)| dir.as_fd()),
             title: format!("{TITLE_PREFIX}{run_id}").into_bytes(),
-            argv: argv_area(),
-            cgroup_parent: parent
-                .as_ref()
-                .map(|(fd, name)| (fd.as_raw_fd(), name.clone())),
-            dev_null: dev_null.as_raw_fd(),
+            argv: ArgvArea::of_this_process(),
+            cgroup_parent: parent.as_ref().map(|(fd, name)| (fd.as_fd(), name.clone())),
+            dev_null: dev_null.as_fd(),
             needle,
-            // SAFETY: getuid cannot fail.
-            uid: unsafe { libc::getuid() },
+            uid: rustix::process::getuid().as_raw(),
         };
-        // SAFETY: the child runs `watch`, which makes only async-signal-safe calls on memory
-        // prepared here, and leaves by `_exit`.
-        match unsafe { libc::fork() } {
-            -1 => Err(Error::sys(
-                "fork the watchdog",
-                std::io::Error::last_os_error(),
-            )),
-            0 => {
-                drop(write);
-                // SAFETY: see above; never returns.
-                unsafe { watch(&plan) }
-            }
-            pid => Ok(Watchdog {
-                pid,
-                pidfd: open_child_pidfd(pid)?,
-                pipe: write,
-                lost: std::cell::Cell::new(None),
-                released: std::cell::Cell::new(false),
-            }),
-        }
+        // The child runs `watch`, which makes only async-signal-safe calls on memory prepared
+        // here (the contract of `fork`).
+        let pid = fork::fork(|child| {
+            child.close_inherited(write.as_fd());
+            watch(child, &plan);
+            Ok(())
+        })
+        .map_err(|e| Error::sys("fork the watchdog", e))?;
+        Ok(Watchdog {
+            pid: pid.as_raw_nonzero().get(),
+            pidfd: open_child_pidfd(pid)?,
+            pipe: write,
+            lost: std::cell::Cell::new(None),
+            released: std::cell::Cell::new(false),
+        })
     }
 
     /// The watchdog's pid (it is a child of the runner, never a member of the run).
@@ -172,22 +169,21 @@ impl Watchdog {
     /// first time: the run is then no longer guarded against the runner's death.
     pub fn check(&self) -> Option<&'static str> {
         if self.lost.get().is_none() {
-            // SAFETY: waitid on our own child, into a zeroed siginfo; WNOWAIT reaps nothing.
-            let (rc, info) = unsafe {
-                let mut info: libc::siginfo_t = std::mem::zeroed();
-                let flags = libc::WEXITED
-                    | libc::WSTOPPED
-                    | libc::WCONTINUED
-                    | libc::WNOHANG
-                    | libc::WNOWAIT;
-                let rc = libc::waitid(libc::P_PID, self.pid as libc::id_t, &mut info, flags);
-                (rc, info)
-            };
-            // SAFETY: si_pid is set by waitid (zero when nothing changed).
-            if rc == 0 && unsafe { info.si_pid() } != 0 {
-                let why = match info.si_code {
-                    libc::CLD_STOPPED | libc::CLD_TRAPPED | libc::CLD_CONTINUED => "stopped",
-                    _ => "killed",
+            use rustix::process::{WaitId, WaitIdOptions};
+            // WNOWAIT reaps nothing.
+            let flags = WaitIdOptions::EXITED
+                | WaitIdOptions::STOPPED
+                | WaitIdOptions::CONTINUED
+                | WaitIdOptions::NOHANG
+                | WaitIdOptions::NOWAIT;
+            let changed = Pid::from_raw(self.pid)
+                .and_then(|pid| rustix::process::waitid(WaitId::Pid(pid), flags).ok())
+                .flatten();
+            if let Some(status) = changed {
+                let why = if status.stopped() || status.trapped() || status.continued() {
+                    "stopped"
+                } else {
+                    "killed"
                 };
                 self.lost.set(Some(why));
                 tracing::error!("the watchdog (pid {}) was {why}", self.pid);
@@ -228,8 +224,10 @@ impl Watchdog {
             }
             tracing::warn!("the watchdog (pid {}) did not exit: killed", self.pid);
         }
-        // SAFETY: the pid is our unreaped child's, so it names the watchdog.
-        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        // The pid is our unreaped child's, so it names the watchdog.
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
         let _ = rustix::process::waitpid(pid, rustix::process::WaitOptions::empty());
         self.lost.get()
     }
@@ -255,11 +253,10 @@ impl Watchdog {
 
 /// A pidfd on our own unreaped child `pid` (its number cannot be reused before we reap it).
 /// If none can be opened, the child is killed and reaped, so no watchdog is left unguarded.
-fn open_child_pidfd(pid: i32) -> Result<OwnedFd> {
-    let child = rustix::process::Pid::from_raw(pid).expect("fork returns a positive pid");
+fn open_child_pidfd(child: Pid) -> Result<OwnedFd> {
     rustix::process::pidfd_open(child, rustix::process::PidfdFlags::empty()).map_err(|e| {
-        // SAFETY: `pid` is our unreaped child, so the signal and the wait reach only it.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // `child` is our unreaped child, so the signal and the wait reach only it.
+        let _ = rustix::process::kill_process(child, Signal::KILL);
         let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
         Error::sys("open a pidfd on the watchdog", e)
     })
@@ -267,62 +264,54 @@ fn open_child_pidfd(pid: i32) -> Result<OwnedFd> {
 
 /// The watchdog's life: keep only what it needs, wait for the runner's word, kill if none came.
 ///
-/// # Safety
-/// Only in the child of a fork of the runner, before anything else runs there, with `plan` as
-/// [`Watchdog::start`] made it: it closes every descriptor but the plan's (so no Rust object of
-/// the parent's may use one again), writes over the argv area, and never returns (`_exit`). The
-/// runner may have had other threads, so it makes only async-signal-safe calls on memory
-/// allocated before the fork.
-unsafe fn watch(plan: &Plan) -> ! {
-    // SAFETY: setsid and dup2 take no memory; `dev_null` is open (the plan's invariant).
-    unsafe {
-        libc::setsid();
-        for std_fd in 0..3 {
-            libc::dup2(plan.dev_null, std_fd);
-        }
-    }
-    // SAFETY: `plan.argv` was read from this very process's /proc/self/stat before the fork, and
-    // this child has a single thread, so nothing else reads the argv area while it is rewritten.
-    unsafe { set_title(plan) };
-    let parent = plan.cgroup_parent.as_ref().map_or(-1, |(fd, _)| *fd);
-    // SAFETY: the caller's contract: nothing of the parent's runs here again to use what is
-    // closed, and every descriptor the watchdog still uses is in the list.
-    unsafe { close_all_but(&[plan.pipe, plan.runner, plan.cgroup.unwrap_or(-1), parent]) };
+/// Runs in the child of a fork of the runner, before anything else runs there (`child`), with
+/// `plan` as [`Watchdog::start`] made it: it closes every descriptor but the plan's and writes
+/// over the argv area; the runner may have had other threads, so it makes only async-signal-safe
+/// calls on memory allocated before the fork, and the child exits when it returns.
+fn watch(child: &InChild, plan: &Plan<'_>) {
+    let _ = rustix::process::setsid();
+    let _ = rustix::stdio::dup2_stdin(plan.dev_null);
+    let _ = rustix::stdio::dup2_stdout(plan.dev_null);
+    let _ = rustix::stdio::dup2_stderr(plan.dev_null);
+    set_title(child, plan);
+    let raw = |fd: Option<BorrowedFd<'_>>| fd.map_or(-1, |fd| fd.as_raw_fd());
+    let parent = plan.cgroup_parent.as_ref().map(|(fd, _)| *fd);
+    // Every descriptor the watchdog still uses is in the list.
+    child.close_from(
+        3,
+        [
+            plan.pipe.as_raw_fd(),
+            plan.runner.as_raw_fd(),
+            raw(plan.cgroup),
+            raw(parent),
+        ],
+    );
     let mut group: i32 = 0;
-    let mut leader: RawFd = -1;
+    let mut leader: Option<OwnedFd> = None;
     let mut buf = [0u8; 64];
     let mut pending = 0usize;
     loop {
         if !runner_alive(plan) {
             break;
         }
-        // SAFETY: reads at most `64 - pending` bytes into `buf[pending..]`, on our stack; the
-        // pipe is open (the plan's invariant).
-        let n = unsafe {
-            libc::read(
-                plan.pipe,
-                buf.as_mut_ptr().add(pending).cast(),
-                64 - pending,
-            )
+        let n = match rustix::io::read(plan.pipe, &mut buf[pending..]) {
+            Err(Errno::INTR) => continue,
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
         };
-        if n < 0 && errno() == libc::EINTR {
-            continue;
-        }
-        if n <= 0 {
-            break;
-        }
-        pending += n as usize;
+        pending += n;
         while pending > 0 {
             match buf[0] {
-                // SAFETY: leaving the forked child, as the caller's contract requires.
-                DONE => unsafe { libc::_exit(0) },
+                DONE => return,
                 GROUP if pending >= 5 => {
                     group = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
                     // The runner has not reaped the leader yet (it sends this first), so the
                     // pidfd is the command's; the group is only ever signalled through it.
-                    if leader < 0 {
-                        // SAFETY: pidfd_open takes no memory.
-                        leader = unsafe { libc::syscall(libc::SYS_pidfd_open, group, 0) } as RawFd;
+                    if leader.is_none() {
+                        leader = Pid::from_raw(group).and_then(|pid| {
+                            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+                                .ok()
+                        });
                     }
                     buf.copy_within(5..pending, 0);
                     pending -= 5;
@@ -335,238 +324,119 @@ unsafe fn watch(plan: &Plan) -> ! {
             }
         }
     }
-    // SAFETY: `leader` is -1 or the pidfd just opened on the group leader the runner named.
-    unsafe { kill_run(plan, group, leader) };
+    kill_run(plan, group, leader.as_ref().map(AsFd::as_fd));
     if let (Some(dir), Some((parent, name))) = (plan.cgroup, &plan.cgroup_parent) {
-        // SAFETY: the leaf and its parent are open directories (the plan's invariant); `name`
-        // is a C string allocated before the fork.
-        unsafe {
-            if !populated(dir) {
-                libc::unlinkat(*parent, name.as_ptr(), libc::AT_REMOVEDIR);
-            }
+        if !populated(dir) {
+            let _ = rustix::fs::unlinkat(*parent, name.as_c_str(), AtFlags::REMOVEDIR);
         }
     }
-    // SAFETY: leaving the forked child, as the caller's contract requires.
-    unsafe { libc::_exit(0) }
 }
 
 /// Waits until the socket has something to read (a message, or end of file) or the runner is
 /// dead; returns false in the latter case, when the socket is empty. A message already sent
 /// is read before the runner's death counts, so a `D` followed by the runner's exit is honoured.
-fn runner_alive(plan: &Plan) -> bool {
+fn runner_alive(plan: &Plan<'_>) -> bool {
+    use rustix::event::{PollFd, PollFlags};
     let mut fds = [
-        libc::pollfd {
-            fd: plan.pipe,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: plan.runner,
-            events: libc::POLLIN,
-            revents: 0,
-        },
+        PollFd::from_borrowed_fd(plan.pipe, PollFlags::IN),
+        PollFd::from_borrowed_fd(plan.runner, PollFlags::IN),
     ];
-    loop {
-        // SAFETY: poll writes the `revents` of the two entries of `fds`, on our stack, whose
-        // length is passed with it; the descriptors are open (the plan's invariant).
-        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } >= 0 || errno() != libc::EINTR {
-            break;
-        }
-    }
-    fds[0].revents != 0 || fds[1].revents == 0
-}
-
-/// Where the kernel keeps this process's argv (fields 48 and 49 of `/proc/self/stat`).
-fn argv_area() -> Option<(usize, usize)> {
-    let stat = crate::process::read_kernel_text("/proc/self/stat").ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // Index 0 is field 3 (state), so field N is at N - 3.
-    let start = fields.get(45)?.parse().ok()?;
-    let end: usize = fields.get(46)?.parse().ok()?;
-    (end > start).then_some((start, end))
+    while let Err(Errno::INTR) = rustix::event::poll(&mut fds, None) {}
+    !fds[0].revents().is_empty() || fds[1].revents().is_empty()
 }
 
 /// Writes the title over the argv area (zero-filled after it) and names the thread.
-///
-/// # Safety
-/// `plan.argv`, if set, must be this process's argv area as its `/proc/self/stat` gives it (the
-/// kernel mapped it writable at exec), and nothing else may read or write that memory meanwhile:
-/// only in the single-threaded watchdog child.
-unsafe fn set_title(plan: &Plan) {
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes; COMM is a static
-    // C string of 11.
-    unsafe { libc::prctl(libc::PR_SET_NAME, COMM.as_ptr()) };
-    let Some((start, end)) = plan.argv else {
-        return;
-    };
-    // SAFETY: the caller's contract: [start, end) is mapped, writable and ours alone.
-    let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, end - start) };
-    let n = plan.title.len().min(area.len() - 1);
-    area[..n].copy_from_slice(&plan.title[..n]);
-    area[n..].fill(0);
-}
-
-/// Closes every descriptor but 0–2 and `keep` (close_range on the gaps).
-///
-/// # Safety
-/// No Rust object may use a closed descriptor afterwards: only in a forked child that never
-/// returns into the parent's code.
-unsafe fn close_all_but(keep: &[RawFd; 4]) {
-    let mut first: libc::c_uint = 3;
-    let mut sorted = *keep;
-    sorted.sort_unstable();
-    for fd in sorted {
-        if fd >= first as RawFd {
-            if fd > first as RawFd {
-                // SAFETY: close_range takes no memory; the caller's contract covers the closing.
-                unsafe { libc::syscall(libc::SYS_close_range, first, fd as libc::c_uint - 1, 0) };
-            }
-            first = fd as libc::c_uint + 1;
-        }
+fn set_title(child: &InChild, plan: &Plan<'_>) {
+    let _ = rustix::thread::set_name(COMM);
+    if let Some(area) = &plan.argv {
+        area.write(child, &plan.title);
     }
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0) };
 }
 
-/// Kills the run for up to [`KILL_FOR`], until three rounds in a row found nothing.
-///
-/// # Safety
-/// `leader` must be -1 or an open pidfd on the command's process group leader (the group is
-/// signalled through it), and `plan`'s descriptors open (its invariant).
-unsafe fn kill_run(plan: &Plan, group: i32, leader: RawFd) {
-    let started = now();
+/// Kills the run for up to [`KILL_FOR`], until three rounds in a row found nothing. `leader`,
+/// when there is one, is a pidfd on the command's process group leader (the group is signalled
+/// through it).
+fn kill_run(plan: &Plan<'_>, group: i32, leader: Option<BorrowedFd<'_>>) {
+    let started = Instant::now();
     let mut quiet = 0;
-    while quiet < 3 && now() - started < KILL_FOR.as_millis() as i64 {
+    while quiet < 3 && started.elapsed() < KILL_FOR {
         let mut found = false;
         if let Some(dir) = plan.cgroup {
-            // SAFETY: the leaf is an open directory (the plan's invariant).
-            found |= unsafe { kill_cgroup(dir) };
+            found |= kill_cgroup(dir);
         }
         // Not counted as finding anything: zombies keep a group alive for kill(2).
-        if leader >= 0 {
-            // SAFETY: the caller's contract: `leader` is the group leader's pidfd.
-            unsafe { super::signal_group_raw(leader, group, libc::SIGKILL) };
+        if let Some(leader) = leader {
+            super::signal_group(leader, group, libc::SIGKILL);
         }
         found |= kill_tagged(plan);
         quiet = if found { 0 } else { quiet + 1 };
-        let pause = libc::timespec {
+        let pause = rustix::thread::Timespec {
             tv_sec: 0,
             tv_nsec: 10_000_000,
         };
-        // SAFETY: nanosleep reads `pause` on our stack; the remainder pointer may be null.
-        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+        let _ = rustix::thread::nanosleep(&pause);
     }
 }
 
-/// Monotonic milliseconds.
-fn now() -> i64 {
-    // SAFETY: timespec is plain data (all zeroes is valid); clock_gettime writes only to it.
-    let ts = unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-        ts
-    };
-    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
-}
-
-/// `cgroup.kill` on the leaf, then SIGKILL to every tgid `cgroup.procs` lists (a leader that
-/// called `pthread_exit` ignores the former). Returns whether the leaf had members.
-///
-/// # Safety
-/// `dir` must be an open descriptor of the run's cgroup leaf, for the whole call: every process
-/// its `cgroup.procs` names is killed.
-unsafe fn kill_cgroup(dir: RawFd) -> bool {
-    // SAFETY: `dir` is open (the caller's contract); the names are static C strings; the write
-    // reads one byte of a static string; only the descriptor opened here is closed.
-    let procs = unsafe {
-        let kill = libc::openat(
-            dir,
-            c"cgroup.kill".as_ptr(),
-            libc::O_WRONLY | libc::O_CLOEXEC,
-        );
-        if kill >= 0 {
-            libc::write(kill, b"1".as_ptr().cast(), 1);
-            libc::close(kill);
-        }
-        libc::openat(
-            dir,
-            c"cgroup.procs".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if procs < 0 {
+/// `cgroup.kill` on the leaf `dir`, then SIGKILL to every tgid `cgroup.procs` lists (a leader
+/// that called `pthread_exit` ignores the former). Returns whether the leaf had members.
+fn kill_cgroup(dir: BorrowedFd<'_>) -> bool {
+    let flags = OFlags::WRONLY | OFlags::CLOEXEC;
+    if let Ok(kill) = rustix::fs::openat(dir, c"cgroup.kill", flags, Mode::empty()) {
+        let _ = rustix::io::write(&kill, b"1");
+    }
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    let Ok(procs) = rustix::fs::openat(dir, c"cgroup.procs", flags, Mode::empty()) else {
         return false;
-    }
+    };
     let mut found = false;
     let mut buf = [0u8; 4096];
     let mut pid: i32 = 0;
     loop {
-        // SAFETY: reads at most `buf.len()` bytes into `buf`, on our stack, from our descriptor.
-        let n = unsafe { libc::read(procs, buf.as_mut_ptr().cast(), buf.len()) };
-        if n <= 0 {
-            break;
-        }
-        for &b in &buf[..n as usize] {
+        let n = match rustix::io::read(&procs, &mut buf) {
+            Ok(n) if n > 0 => n,
+            _ => break,
+        };
+        for &b in &buf[..n] {
             if b.is_ascii_digit() {
                 pid = pid.saturating_mul(10).saturating_add(i32::from(b - b'0'));
-            } else if pid > 0 {
-                // SAFETY: kill takes no memory; `pid` was listed by the run's leaf just now.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+            } else if let Some(listed) = Pid::from_raw(pid) {
+                // Listed by the run's leaf just now.
+                let _ = rustix::process::kill_process(listed, Signal::KILL);
                 found = true;
                 pid = 0;
             }
         }
     }
-    // SAFETY: closes the descriptor opened above, used no more.
-    unsafe { libc::close(procs) };
     found
 }
 
-/// Whether `cgroup.events` of the leaf lacks `populated 0` (an unreadable one counts as
+/// Whether `cgroup.events` of the leaf `dir` lacks `populated 0` (an unreadable one counts as
 /// populated).
-///
-/// # Safety
-/// `dir` must be an open directory descriptor for the whole call.
-unsafe fn populated(dir: RawFd) -> bool {
-    // SAFETY: `dir` is open (the caller's contract); the name is a static C string.
-    let fd = unsafe {
-        libc::openat(
-            dir,
-            c"cgroup.events".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
+fn populated(dir: BorrowedFd<'_>) -> bool {
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::openat(dir, c"cgroup.events", flags, Mode::empty()) else {
         return true;
-    }
-    let mut buf = [0u8; 256];
-    // SAFETY: reads at most `buf.len()` bytes into `buf`, on our stack, from the descriptor
-    // opened above, then closes it.
-    let n = unsafe {
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        n
     };
-    let text = &buf[..n.max(0) as usize];
-    !text.windows(11).any(|w| w == b"populated 0")
+    let mut buf = [0u8; 256];
+    let n = rustix::io::read(&fd, &mut buf).unwrap_or(0);
+    !buf[..n].windows(11).any(|w| w == b"populated 0")
 }
 
 /// SIGKILL to every process of the runner's uid whose environment (or, for a leader that called
 /// `pthread_exit`, a thread's) has the run's tag. Returns whether one was found.
-fn kill_tagged(plan: &Plan) -> bool {
+fn kill_tagged(plan: &Plan<'_>) -> bool {
     let mut found = false;
+    let own = rustix::process::getpid();
     for_each_number(c"/proc", &mut |pid| {
+        let Some(process) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+            return;
+        };
         let mut path = Path::new();
         path.push(b"/proc/");
         path.push_number(pid);
-        // SAFETY: stat is plain data (all zeroes is valid); `path` is NUL-terminated (see
-        // `Path`) and stat writes only to `st`; getpid takes nothing.
-        let ours = unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            pid as i32 != libc::getpid()
-                && libc::stat(path.as_ptr(), &mut st) == 0
-                && st.st_uid == plan.uid
-        };
+        let ours = process != own
+            && rustix::fs::stat(path.as_c_str()).is_ok_and(|st| st.st_uid == plan.uid);
         if !ours {
             return;
         }
@@ -586,103 +456,65 @@ fn kill_tagged(plan: &Plan) -> bool {
             });
         }
         if tagged {
-            // SAFETY: kill takes no memory; the process is of our uid and carries the run's tag.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            // The process is of our uid and carries the run's tag.
+            let _ = rustix::process::kill_process(process, Signal::KILL);
             found = true;
         }
     });
     found
 }
 
-/// Calls `each` with every numeric entry of the directory `dir` (getdents64, no allocation).
-fn for_each_number(dir: &std::ffi::CStr, each: &mut dyn FnMut(u64)) {
-    // SAFETY: `dir` is a NUL-terminated string borrowed for the call.
-    let fd = unsafe {
-        libc::open(
-            dir.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
+/// Calls `each` with every numeric entry of the directory `dir` (getdents64 into a buffer on
+/// the stack, no allocation).
+fn for_each_number(dir: &CStr, each: &mut dyn FnMut(u64)) {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::open(dir, flags, Mode::empty()) else {
         return;
-    }
-    let mut buf = [0u8; 8192];
-    loop {
-        // SAFETY: getdents64 writes at most `buf.len()` bytes into `buf`, on our stack, from the
-        // descriptor opened above.
-        let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
-        if n <= 0 {
-            break;
+    };
+    let mut buf = [MaybeUninit::<u8>::uninit(); 8192];
+    let mut entries = rustix::fs::RawDir::new(&fd, &mut buf);
+    while let Some(Ok(entry)) = entries.next() {
+        let name = entry.file_name().to_bytes();
+        if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
+            continue;
         }
-        let mut at = 0usize;
-        while at + 19 < n as usize {
-            // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
-            let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
-            if reclen == 0 {
-                break;
-            }
-            let mut number: u64 = 0;
-            let mut digits = 0;
-            for &b in buf[at + 19..at + reclen].iter().take_while(|&&b| b != 0) {
-                if !b.is_ascii_digit() {
-                    digits = 0;
-                    break;
-                }
-                number = number * 10 + u64::from(b - b'0');
-                digits += 1;
-            }
-            if digits > 0 {
-                each(number);
-            }
-            at += reclen;
-        }
+        let number = name.iter().fold(0u64, |n, &b| {
+            n.wrapping_mul(10).wrapping_add(u64::from(b - b'0'))
+        });
+        each(number);
     }
-    // SAFETY: closes the descriptor opened above, used no more.
-    unsafe { libc::close(fd) };
 }
 
 /// Whether the NUL-separated file at `path` has the exact entry `needle` (which is framed by
 /// NULs): read in chunks, the stream framed by a NUL on each side.
 fn environ_has(path: &Path, needle: &[u8]) -> bool {
-    // SAFETY: `path` is NUL-terminated (see `Path`).
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::open(path.as_c_str(), flags, Mode::empty()) else {
         return false;
-    }
+    };
     let mut buf = [0u8; 16384];
     let keep = needle.len().min(buf.len() / 2) - 1;
     buf[0] = 0;
     let mut filled = 1usize;
-    let mut found = false;
     loop {
-        // SAFETY: reads at most `buf.len() - filled - 1` bytes into `buf[filled..]`, on our
-        // stack (one byte stays free for the closing NUL), from the descriptor opened above.
-        let n = unsafe {
-            libc::read(
-                fd,
-                buf.as_mut_ptr().add(filled).cast(),
-                buf.len() - filled - 1,
-            )
-        };
-        let end = if n <= 0 {
+        // One byte stays free for the closing NUL; an error ends the stream as its end does.
+        let last = buf.len() - 1;
+        let n = rustix::io::read(&fd, &mut buf[filled..last]).unwrap_or(0);
+        let end = if n == 0 {
             buf[filled] = 0;
             filled + 1
         } else {
-            filled + n as usize
+            filled + n
         };
         if buf[..end].windows(needle.len()).any(|w| w == needle) {
-            found = true;
-            break;
+            return true;
         }
-        if n <= 0 || end < keep {
-            break;
+        if n == 0 || end < keep {
+            return false;
         }
         buf.copy_within(end - keep..end, 0);
         filled = keep;
     }
-    // SAFETY: closes the descriptor opened above, used no more.
-    unsafe { libc::close(fd) };
-    found
 }
 
 /// A NUL-terminated path built on the stack.
@@ -729,13 +561,8 @@ impl Path {
         self.bytes[self.len] = 0;
     }
 
-    /// The path, NUL-terminated (every change writes the NUL after `len`).
-    fn as_ptr(&self) -> *const libc::c_char {
-        self.bytes.as_ptr().cast()
-    }
-
     /// The path as a C string.
-    fn as_c_str(&self) -> &std::ffi::CStr {
+    fn as_c_str(&self) -> &CStr {
         // Never the fallback: the last byte is never written, so a NUL is always there (no panic
         // path after the fork).
         std::ffi::CStr::from_bytes_until_nul(&self.bytes).unwrap_or(c"")
@@ -748,15 +575,11 @@ mod tests {
 
     /// Whether our child `pid` has exited, without reaping it (`None`: not our child any more).
     fn exited_unreaped(pid: i32) -> Option<bool> {
-        // SAFETY: waitid into a zeroed siginfo; WNOWAIT reaps nothing.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-            if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) != 0 {
-                return None;
-            }
-            Some(info.si_pid() == pid)
-        }
+        use rustix::process::{WaitId, WaitIdOptions};
+        // WNOWAIT reaps nothing.
+        let flags = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        let status = rustix::process::waitid(WaitId::Pid(Pid::from_raw(pid)?), flags).ok()?;
+        Some(status.is_some())
     }
 
     #[test]

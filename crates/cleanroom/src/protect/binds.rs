@@ -13,12 +13,12 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicI32;
 
 use super::compile::{self, CanonicalRule, MountKind};
 use super::linux::child::{ChildPlan, MountStep};
 use super::rule::Access;
 use crate::error::{Error, Result};
+use crate::sys::linux::fd::FdSlot;
 
 /// What the children of established namespaces bind: the rules on host paths beneath the
 /// private directories, and what those namespaces keep already.
@@ -116,7 +116,7 @@ impl HostPaths {
         Ok(Some(ChildPlan {
             ipc_ns: false,
             steps,
-            slots: (0..slots).map(|_| AtomicI32::new(-1)).collect(),
+            slots: (0..slots).map(|_| FdSlot::new()).collect(),
             ..ChildPlan::namespaces_only(true, false)
         }))
     }

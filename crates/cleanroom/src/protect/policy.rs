@@ -62,10 +62,8 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -82,6 +80,7 @@ pub use super::scratch::{Isolation, PrivateDir, PrivateTmp, TmpMechanism, TmpSta
 use super::view::View;
 use super::{linux, Enforcement};
 use crate::error::{Error, Result};
+use crate::sys::linux::fd::{FdSlot, LentFd};
 
 /// The network a sandboxed process sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -307,12 +306,11 @@ impl Sandbox {
     /// Installs the sandbox on `command`; it is applied in the child before exec, so it covers
     /// the command and everything it starts. Register it after every other `pre_exec` hook.
     pub fn configure(&self, command: &mut Command) {
-        if let Some(hook) = self.child_hook() {
-            // SAFETY: the hook runs between fork and exec and only makes raw, async-signal-safe
-            // system calls on data prepared before the fork (see `linux::child`).
-            unsafe {
-                command.pre_exec(hook);
-            }
+        if !self.plan.is_empty() {
+            let plan = self.plan.clone();
+            // The steps make only raw, async-signal-safe system calls on data prepared before
+            // the fork (see `linux::child`): a child program.
+            crate::sys::linux::exec::run_on_exec(command, move |child| plan.apply(child));
         }
     }
 
@@ -326,7 +324,9 @@ impl Sandbox {
             return None;
         }
         let plan = self.plan.clone();
-        Some(move || plan.apply())
+        Some(crate::sys::linux::exec::hook(move |child| {
+            plan.apply(child)
+        }))
     }
 
     /// This sandbox with its namespaces and mounts set up once, now, and held by the returned
@@ -541,11 +541,10 @@ impl Sandbox {
         let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
         let (read, write) = rustix::pipe::pipe_with(flags)
             .map_err(|e| Error::sys("make the set-up report pipe", e))?;
-        plan.report
-            .store(std::os::fd::AsRawFd::as_raw_fd(&write), Ordering::Relaxed);
+        // One spawn at a time: nothing was lent before.
+        drop(plan.report.lend(write));
         Ok(Some(SetupReport {
             read,
-            write: Some(write),
             plan: Arc::clone(plan),
         }))
     }
@@ -1029,7 +1028,7 @@ impl Builder {
             net_ns: self.net_ns,
             ipc_ns: self.ipc_ns,
             steps,
-            slots: (0..self.slots).map(|_| AtomicI32::new(-1)).collect(),
+            slots: (0..self.slots).map(|_| FdSlot::new()).collect(),
             protective_mounts: self.protective_mounts,
             narrows_host: self.narrows_host,
             private_dirs: fresh.iter().map(|p| c_path(p)).collect::<Result<_>>()?,
@@ -1037,7 +1036,7 @@ impl Builder {
                 .map(|p| c_path(p))
                 .collect::<Result<_>>()?,
             landlock,
-            report: AtomicI32::new(-1),
+            report: LentFd::new(),
         };
         tracing::debug!(?plan, "sandbox compiled");
         Ok(Sandbox::new(
@@ -1100,20 +1099,19 @@ fn identity_of(path: &Path) -> Option<Identity> {
     })
 }
 
-/// A report pipe armed for one spawn of a sandbox ([`Sandbox::arm_report`]).
+/// A report pipe armed for one spawn of a sandbox ([`Sandbox::arm_report`]): its read end, and
+/// the plan that holds its write end, lent to the children.
 #[derive(Debug)]
 pub struct SetupReport {
     read: OwnedFd,
-    write: Option<OwnedFd>,
     plan: Arc<ChildPlan>,
 }
 
 impl SetupReport {
     /// What the child reported (read once the spawn returned: the child has executed the
     /// command or failed, so everything it had to say is in the pipe).
-    fn read(mut self) -> Vec<(Outcome, usize)> {
-        self.plan.report.store(-1, Ordering::Relaxed);
-        drop(self.write.take());
+    fn read(self) -> Vec<(Outcome, usize)> {
+        drop(self.plan.report.withdraw());
         report::read(&self.read)
             .map(|r| r.outcomes)
             .unwrap_or_default()
@@ -1122,7 +1120,7 @@ impl SetupReport {
 
 impl Drop for SetupReport {
     fn drop(&mut self) {
-        self.plan.report.store(-1, Ordering::Relaxed);
+        drop(self.plan.report.withdraw());
     }
 }
 

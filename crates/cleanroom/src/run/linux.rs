@@ -159,16 +159,9 @@ pub(super) fn execute(
         .env_clear()
         .envs(&child_env.vars);
     crate::contain::reset_signals_on_exec(&mut command);
-    // SAFETY: setpgid(0, 0) is async-signal-safe and touches no memory.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::setpgid(0, 0) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
+    // setpgid(0, 0) in the child, before every pre_exec hook (the terminal's handoff needs the
+    // group).
+    command.process_group(0);
     let foreground = terminal::Foreground::detect();
     if let Some(fg) = &foreground {
         fg.configure(&mut command);

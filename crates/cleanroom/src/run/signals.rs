@@ -11,11 +11,12 @@
 //! unhandled (it ignores it) counts as that signal sent to the runner; one it handles is its own.
 
 use std::cell::Cell;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use super::terminal::KeyRelay;
 use crate::error::{Error, Result};
+use crate::sys::linux::signal::{self, SavedAction, SignalSet};
 
 /// Signals forwarded to the run.
 pub const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
@@ -25,9 +26,9 @@ pub struct RunnerSignals {
     /// The signalfd; `None` once closed (the signals stay blocked).
     fd: Option<OwnedFd>,
     /// The blocked signals.
-    set: libc::sigset_t,
-    previous: libc::sigset_t,
-    previous_sigchld: libc::sigaction,
+    set: SignalSet,
+    previous: SignalSet,
+    previous_sigchld: SavedAction,
     /// The terminal's keys, relayed from the command's group (see [`KeyRelay`]).
     keys: Option<TypedKeys>,
 }
@@ -52,45 +53,28 @@ pub enum Received {
 impl RunnerSignals {
     /// Blocks the runner's signals in the calling thread and opens a signalfd for them.
     pub fn block() -> Result<RunnerSignals> {
-        // SAFETY: sigset_t and sigaction are plain data; the libc calls only fill and read the
-        // local values.
-        unsafe {
-            // A runner started with SIGCHLD ignored would have its children reaped by the
-            // kernel and never learn how the command ended: take the default action back.
-            let mut default: libc::sigaction = std::mem::zeroed();
-            default.sa_sigaction = libc::SIG_DFL;
-            let mut previous_sigchld: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGCHLD, &default, &mut previous_sigchld) != 0 {
-                return Err(Error::sys("reset SIGCHLD", std::io::Error::last_os_error()));
-            }
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for sig in FORWARDED.iter().chain([libc::SIGCHLD].iter()) {
-                libc::sigaddset(&mut set, *sig);
-            }
-            let mut previous: libc::sigset_t = std::mem::zeroed();
-            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous);
-            if rc != 0 {
-                return Err(Error::sys(
-                    "block signals",
-                    std::io::Error::from_raw_os_error(rc),
-                ));
-            }
-            let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
-            if fd < 0 {
-                let err = std::io::Error::last_os_error();
-                libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
-                libc::sigaction(libc::SIGCHLD, &previous_sigchld, std::ptr::null_mut());
+        // A runner started with SIGCHLD ignored would have its children reaped by the kernel
+        // and never learn how the command ended: take the default action back.
+        let previous_sigchld = signal::set_default_action(libc::SIGCHLD)
+            .map_err(|e| Error::sys("reset SIGCHLD", e))?;
+        let mut set = SignalSet::of(&FORWARDED);
+        set.add(libc::SIGCHLD);
+        let previous = signal::block(&set).map_err(|e| Error::sys("block signals", e))?;
+        let fd = match signal::signalfd(&set) {
+            Ok(fd) => fd,
+            Err(err) => {
+                let _ = signal::set_mask(&previous);
+                let _ = signal::restore_action(libc::SIGCHLD, &previous_sigchld);
                 return Err(Error::sys("open signalfd", err));
             }
-            Ok(RunnerSignals {
-                fd: Some(OwnedFd::from_raw_fd(fd)),
-                set,
-                previous,
-                previous_sigchld,
-                keys: None,
-            })
-        }
+        };
+        Ok(RunnerSignals {
+            fd: Some(fd),
+            set,
+            previous,
+            previous_sigchld,
+            keys: None,
+        })
     }
 
     /// Also reads the keys `relay` passes on through `socket` (the runner's non-blocking end);
@@ -130,21 +114,9 @@ impl RunnerSignals {
             return out;
         };
         loop {
-            // SAFETY: signalfd_siginfo is plain data; read(2) fills at most its size.
-            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-            let size = std::mem::size_of::<libc::signalfd_siginfo>();
-            // SAFETY: the buffer is valid for `size` bytes and the descriptor is ours.
-            let n = unsafe {
-                libc::read(
-                    fd.as_fd().as_raw_fd(),
-                    (&mut info as *mut libc::signalfd_siginfo).cast(),
-                    size,
-                )
-            };
-            if n != size as isize {
+            let Some(signo) = signal::read_signal(fd.as_fd()) else {
                 return out;
-            }
-            let signo = info.ssi_signo as libc::c_int;
+            };
             out.push(if signo == libc::SIGCHLD {
                 Received::Child
             } else {
@@ -163,12 +135,7 @@ impl RunnerSignals {
     /// Discards every pending signal of the blocked set without waiting (no descriptor needed),
     /// so that restoring the mask delivers none of them.
     pub fn discard(&self) {
-        let zero = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: sigtimedwait only reads the set and the timeout; a null info is allowed.
-        while unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &zero) } > 0 {}
+        while signal::take_pending(&self.set) {}
     }
 
     /// The keys relayed since the last look that the command's group leaves unhandled, as
@@ -213,10 +180,8 @@ impl Drop for RunnerSignals {
         if let Some(keys) = self.keys.take() {
             keys.relay.stop();
         }
-        // SAFETY: restores the mask and SIGCHLD action saved in `block`.
-        unsafe {
-            libc::sigaction(libc::SIGCHLD, &self.previous_sigchld, std::ptr::null_mut());
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
-        }
+        // Restores the mask and SIGCHLD action saved in `block`.
+        let _ = signal::restore_action(libc::SIGCHLD, &self.previous_sigchld);
+        let _ = signal::set_mask(&self.previous);
     }
 }

@@ -7,9 +7,15 @@
 //! when the command ignores it (so Ctrl-C, twice if need be, stops such a command) and leaves it
 //! to the command otherwise (a REPL, a pager, a test runner's own handler).
 
-use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::process::Command;
+
+use rustix::io::Errno;
+use rustix::net::SendFlags;
+use rustix::process::{Pid, Signal};
+
+use crate::sys::linux::fork::{self, InChild};
+use crate::sys::linux::{exec, signal};
 
 /// The terminal on stdin, when the runner owns its foreground.
 pub struct Foreground {
@@ -33,43 +39,18 @@ impl Foreground {
 
     /// Makes the child take the terminal's foreground right after it became a group leader.
     pub fn configure(&self, command: &mut Command) {
-        // SAFETY: runs between fork and exec; only sigprocmask, getpid and tcsetpgrp, all
-        // async-signal-safe, on stack data.
-        unsafe {
-            command.pre_exec(|| {
-                with_sigttou_blocked(|| libc::tcsetpgrp(0, libc::getpid()));
-                Ok(())
+        exec::take_terminal_on_exec(command);
+    }
+
+    /// Gives the terminal back to the runner's group (with SIGTTOU blocked, so the background
+    /// runner is not stopped).
+    pub fn restore(&self) {
+        if let Some(group) = Pid::from_raw(self.runner_group) {
+            signal::with_blocked(libc::SIGTTOU, || {
+                let _ = rustix::termios::tcsetpgrp(std::io::stdin().as_fd(), group);
             });
         }
     }
-
-    /// Gives the terminal back to the runner's group.
-    pub fn restore(&self) {
-        let group = self.runner_group;
-        // SAFETY: tcsetpgrp on stdin with SIGTTOU blocked so the background runner is not stopped.
-        unsafe {
-            with_sigttou_blocked(|| libc::tcsetpgrp(std::io::stdin().as_raw_fd(), group));
-        }
-    }
-}
-
-/// Runs `f` with SIGTTOU blocked (tcsetpgrp from a background group would otherwise stop us).
-/// Async-signal-safe itself (two sigprocmask calls on stack sets), so usable between fork and
-/// exec when `f` is.
-fn with_sigttou_blocked(f: impl FnOnce() -> libc::c_int) {
-    // SAFETY: sigset_t is plain data for which all zeroes is a valid (empty) value; the set
-    // functions and pthread_sigmask write only to these two stack variables.
-    let old = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTTOU);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-        old
-    };
-    f();
-    // SAFETY: restores the mask saved above, read from the stack.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
 }
 
 /// The keys the terminal turns into signals for its foreground group (Ctrl-C, Ctrl-\).
@@ -106,23 +87,22 @@ impl Foreground {
                     return None;
                 }
             };
-        // SAFETY: getpid cannot fail.
-        let runner = unsafe { libc::getpid() };
-        // SAFETY: the child runs `relay`, which makes only async-signal-safe calls on stack
-        // data, and leaves by `_exit`.
-        match unsafe { libc::fork() } {
-            -1 => {
-                let e = std::io::Error::last_os_error();
+        let runner = rustix::process::getpid();
+        // The child runs `relay`, which makes only async-signal-safe calls on stack data (the
+        // contract of `fork`).
+        match fork::fork(|child| {
+            relay(child, write.as_fd(), group, runner);
+            Ok(())
+        }) {
+            Err(e) => {
                 tracing::warn!("no relay of Ctrl-C from the terminal: fork: {e}");
                 None
             }
-            // SAFETY: see above; never returns.
-            0 => unsafe { relay(write.as_raw_fd(), group, runner) },
-            pid => {
+            Ok(pid) => {
                 // Also here, so the relay is in the group before anything is typed (a shell
                 // does the same for its jobs); the loser of the race gets EACCES or nothing.
-                // SAFETY: setpgid on our own child, into a group of our session.
-                unsafe { libc::setpgid(pid, group) };
+                let _ = rustix::process::setpgid(Some(pid), Pid::from_raw(group));
+                let pid = pid.as_raw_nonzero().get();
                 Some((KeyRelay { pid, group }, read))
             }
         }
@@ -162,11 +142,11 @@ impl KeyRelay {
 
     /// Kills the relay and reaps it.
     pub fn stop(self) {
-        // SAFETY: the relay is our child and unreaped (the runner's reaping skips it), so the
-        // pid is still its own.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        // The relay is our child and unreaped (the runner's reaping skips it), so the pid is
+        // still its own.
+        if let Some(pid) = Pid::from_raw(self.pid) {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
         }
     }
 }
@@ -210,66 +190,31 @@ impl SignalMasks {
 /// number of every [`TYPED`] signal the kernel sent (`SI_KERNEL`: the terminal) until the runner
 /// is gone.
 ///
-/// # Safety
-/// Only in the child of a fork of the runner, before anything else runs there: it closes every
-/// descriptor but `write` (so no Rust object of the parent's may use one again) and never
-/// returns (`_exit`). The runner may have had other threads, so it makes only async-signal-safe
-/// calls on its own stack.
-unsafe fn relay(write: libc::c_int, group: libc::pid_t, runner: libc::pid_t) -> ! {
-    // SAFETY: setpgid, prctl and getppid take no memory but the static C string; `_exit` is
-    // what a forked child must leave by (no atexit handlers, no unwinding into the parent's code).
-    unsafe {
-        libc::setpgid(0, group);
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        libc::prctl(libc::PR_SET_NAME, c"cr-keys".as_ptr());
-        if libc::getppid() != runner {
-            libc::_exit(0);
-        }
+/// Runs in the child of a fork of the runner, before anything else runs there (`child`): it
+/// closes every descriptor but `write`, and the child exits when it returns. The runner may have
+/// had other threads, so it makes only async-signal-safe calls on its own stack.
+fn relay(child: &InChild, write: BorrowedFd<'_>, group: libc::pid_t, runner: Pid) {
+    let _ = rustix::process::setpgid(None, Pid::from_raw(group));
+    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+    let _ = rustix::thread::set_name(c"cr-keys");
+    if rustix::process::getppid() != Some(runner) {
+        return;
     }
-    // SAFETY: the caller's contract: nothing in this process uses the closed descriptors again.
-    unsafe {
-        if write > 0 {
-            libc::syscall(libc::SYS_close_range, 0, write as libc::c_uint - 1, 0);
-        }
-        libc::syscall(
-            libc::SYS_close_range,
-            write as libc::c_uint + 1,
-            libc::c_uint::MAX,
-            0,
-        );
-    }
-    // SAFETY: sigset_t is plain data (all zeroes is a valid value); the calls write only to it.
-    let typed = unsafe {
-        let mut typed: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut typed);
-        for signal in TYPED {
-            libc::sigaddset(&mut typed, signal);
-        }
-        typed
-    };
+    child.close_from(0, [write.as_raw_fd()]);
     // Blocked (the runner's mask already blocks them; said again here), so they wait for
     // sigwaitinfo instead of killing the relay.
-    // SAFETY: reads the set on our stack.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &typed, std::ptr::null_mut()) };
+    let typed = signal::SignalSet::of(&TYPED);
+    let _ = signal::block(&typed);
     loop {
-        // SAFETY: siginfo_t is plain data (all zeroes is valid); sigwaitinfo reads `typed` and
-        // writes `info`, both on our stack.
-        let (signal, info) = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            (libc::sigwaitinfo(&typed, &mut info), info)
+        let Some((signal, code)) = signal::wait_for(&typed) else {
+            continue;
         };
-        if signal <= 0 || info.si_code != libc::SI_KERNEL {
+        if code != signal::SI_KERNEL {
             continue;
         }
-        let byte = signal as u8;
-        // SAFETY: send reads one byte from `byte` on our stack; errno is this thread's own;
-        // `_exit` as above.
-        unsafe {
-            if libc::send(write, (&byte as *const u8).cast(), 1, libc::MSG_NOSIGNAL) < 0
-                && *libc::__errno_location() != libc::EAGAIN
-            {
-                libc::_exit(0);
-            }
+        match rustix::net::send(write, &[signal as u8], SendFlags::NOSIGNAL) {
+            Err(e) if e != Errno::AGAIN => return,
+            _ => {}
         }
     }
 }

@@ -3,22 +3,29 @@
 //! namespaces a holder set up once, bind the host paths it needs from the holder's copies of the
 //! host's private directories, and restrict itself with a ruleset built outside.
 //!
-//! Invariant: everything here runs after fork, in a child of a possibly multi-threaded parent,
-//! so it makes only raw, async-signal-safe system calls on data prepared before the fork (paths
-//! as `CString`s, descriptor slots as atomics) or on the stack; it never allocates, locks or
-//! touches Rust's standard I/O. The order is fixed: namespaces, then mounts, then capabilities,
+//! Invariant: everything here runs after fork, in a child of a possibly multi-threaded parent
+//! (a child program of `sys::linux`), so it makes only raw, async-signal-safe system calls
+//! (rustix's and `sys::linux`'s, paths passed as `CStr`s so that none is copied) on data prepared
+//! before the fork (paths as `CString`s, descriptor slots as [`FdSlot`]s) or on the stack; it
+//! never allocates, locks or touches Rust's standard I/O. The order is fixed: namespaces, then mounts, then capabilities,
 //! then Landlock, because a Landlock domain forbids every later mount and may forbid writing
 //! `/proc/self/uid_map`. A failure names its stage ([`report::failed`]), so the parent can say
 //! which step on which path went wrong.
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
+
+use rustix::fs::{FileType, Mode, OFlags, CWD};
+use rustix::mount::MountFlags;
+use rustix::thread::{CapabilitySet, LinkNameSpaceType};
 
 use super::mounts::{self, Within};
 use super::report::{self, failed, Outcome, Stage};
+use crate::sys::linux::fd::{self as sys_fd, FdSlot, LentFd};
+use crate::sys::linux::fork::InChild;
+use crate::sys::linux::{landlock, process};
 
 /// `CAP_DAC_READ_SEARCH`, `CAP_LINUX_IMMUTABLE`, `CAP_NET_ADMIN` and `CAP_SYS_ADMIN` from
 /// `<linux/capability.h>`.
@@ -26,28 +33,8 @@ const CAP_DAC_READ_SEARCH: libc::c_int = 2;
 const CAP_LINUX_IMMUTABLE: libc::c_int = 9;
 const CAP_NET_ADMIN: libc::c_int = 12;
 const CAP_SYS_ADMIN: libc::c_int = 21;
-/// `_LINUX_CAPABILITY_VERSION_3` from `<linux/capability.h>`: two 32-bit words per set.
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-/// `PR_CAP_AMBIENT` and `PR_CAP_AMBIENT_CLEAR_ALL` from `<linux/prctl.h>`.
-const PR_CAP_AMBIENT: libc::c_int = 47;
-const PR_CAP_AMBIENT_CLEAR_ALL: libc::c_ulong = 4;
-/// `LANDLOCK_RULE_PATH_BENEATH` from `<linux/landlock.h>`.
-const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
 /// The largest working directory the child re-enters after its mounts (PATH_MAX).
 const CWD_MAX: usize = 4096;
-
-/// `struct landlock_ruleset_attr`, first field only (the kernel accepts the shorter size).
-#[repr(C)]
-struct RulesetAttr {
-    handled_access_fs: u64,
-}
-
-/// `struct landlock_path_beneath_attr` (packed in the kernel's header).
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
 
 /// The Landlock ruleset the child builds for itself just before it restricts itself: the
 /// rights it handles, rules on paths the parent opened (with their paths, for a child that
@@ -207,7 +194,7 @@ pub(crate) struct ChildPlan {
     /// Mount steps, in order (only with `mount_ns`).
     pub steps: Vec<MountStep>,
     /// Descriptor slots of [`MountStep::Keep`] and the like.
-    pub slots: Vec<AtomicI32>,
+    pub slots: Vec<FdSlot>,
     /// The mounts carry protection (read-only or hiding paths, or private directories covering
     /// the host's): drop `CAP_SYS_ADMIN` from the bounding set, so a process running as uid 0
     /// cannot clear the read-only flag (`mount_setattr`) or clone the mount tree below them
@@ -227,9 +214,9 @@ pub(crate) struct ChildPlan {
     pub host_dirs: Vec<CString>,
     /// The Landlock ruleset to restrict the child with.
     pub landlock: Option<LandlockPlan>,
-    /// Where the child writes the outcome of its best-effort steps (-1: nowhere): the write end
-    /// of a pipe armed for one spawn ([`super::report`]).
-    pub report: AtomicI32,
+    /// Where the child writes the outcome of its best-effort steps (nothing lent: nowhere): the
+    /// write end of a pipe armed for one spawn ([`super::report`]).
+    pub report: LentFd,
 }
 
 impl ChildPlan {
@@ -351,12 +338,13 @@ impl Steps {
         Drops { by_handle, ..drops }
     }
 
-    /// Applies the steps to the calling process: namespaces, then mounts, then capabilities,
-    /// then Landlock. Runs after fork: raw system calls only; an error carries its stage.
-    pub fn apply(&self) -> io::Result<()> {
+    /// Applies the steps to the calling process, a child (`child`): namespaces, then mounts,
+    /// then capabilities, then Landlock. Runs after fork: raw system calls only; an error
+    /// carries its stage.
+    pub fn apply(&self, child: &InChild) -> io::Result<()> {
         match self {
             Steps::Own(plan) => {
-                let report = plan.report.load(Ordering::Relaxed);
+                let report = plan.report.get(child);
                 enter(&[Some(plan.as_ref())], Role::Own, &mut [], report)?;
             }
             Steps::Join(plan) => join(plan).map_err(|e| failed(Stage::Join, e))?,
@@ -373,7 +361,7 @@ impl Steps {
                     &[binds.as_deref(), inner.as_deref()],
                     Role::Joined,
                     &mut [],
-                    -1,
+                    None,
                 )?;
             }
         }
@@ -458,8 +446,8 @@ pub(crate) enum Privilege {
 fn enter(
     plans: &[Option<&ChildPlan>],
     role: Role,
-    held: &mut [RawFd],
-    report: RawFd,
+    held: &mut [Option<OwnedFd>],
+    report: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
     let mut flags = 0;
     let mut net = false;
@@ -481,13 +469,12 @@ fn enter(
         return Ok(());
     }
     // Host mounts keep propagating in; ours never propagate out.
-    mounts::mount(None, c"/", None, libc::MS_REC | libc::MS_SLAVE, None)
-        .map_err(|e| failed(Stage::Propagation, e))?;
+    mounts::make_slave(c"/").map_err(|e| failed(Stage::Propagation, e))?;
     let mut index = 0;
     for plan in plans.iter().flatten() {
         for (dir, slot) in plan.host_dirs.iter().zip(held.iter_mut()) {
             let tree = mounts::copy_path(dir).map_err(|e| failed(Stage::Namespaces, e))?;
-            *slot = tree.into_raw_fd();
+            *slot = Some(tree);
         }
         for step in &plan.steps {
             apply_step(step, plan, role, report, index)
@@ -503,8 +490,8 @@ fn enter(
 /// its mounts but those on users' paths; outcomes go to `report`.
 pub(crate) fn enter_as_holder(
     plan: &ChildPlan,
-    held: &mut [RawFd],
-    report: RawFd,
+    held: &mut [Option<OwnedFd>],
+    report: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
     enter(&[Some(plan)], Role::Holder, held, report)
 }
@@ -525,15 +512,15 @@ fn copy_host_paths(binds: &ChildPlan, trees: &[(CString, OwnedFd)]) -> io::Resul
                 let (_, tree) = trees
                     .get(*tree)
                     .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-                let source = mounts::open_path(tree.as_raw_fd(), relative, Within::Beneath)?;
-                let copy = mounts::copy_tree(source.as_raw_fd(), true)?;
+                let source = mounts::open_path(tree.as_fd(), relative, Within::Beneath)?;
+                let copy = mounts::copy_tree(source.as_fd(), true)?;
                 if *read_only {
-                    mounts::set_tree_attributes(copy.as_raw_fd(), mounts::MOUNT_ATTR_RDONLY)?;
+                    mounts::set_tree_attributes(copy.as_fd(), mounts::MOUNT_ATTR_RDONLY)?;
                 }
                 Ok(copy)
             })()
             .map_err(|e| failed(Stage::Step(index), e))?;
-            binds.slots[*slot].store(copy.into_raw_fd(), Ordering::Relaxed);
+            binds.slots[*slot].put(copy);
         }
     }
     Ok(())
@@ -579,24 +566,33 @@ impl JoinPlan {
 /// Joins the namespaces of `plan`; the working directory is re-entered by its path in the
 /// joined mount namespace (entering one resets it to its root). Raw system calls only.
 fn join(plan: &JoinPlan) -> io::Result<()> {
-    let mut cwd = [0u8; CWD_MAX];
-    let mount_ns = plan.joins(libc::CLONE_NEWNS);
-    // SAFETY: `cwd` is a writable buffer of the given length; getcwd with a buffer does not
-    // allocate.
-    if mount_ns && unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
-        return Err(io::Error::last_os_error());
-    }
+    let mut buf = [0u8; CWD_MAX];
+    let cwd = match plan.joins(libc::CLONE_NEWNS) {
+        true => Some(sys_fd::getcwd(&mut buf)?),
+        false => None,
+    };
     for (fd, kind) in &plan.namespaces {
-        // SAFETY: `fd` is an open namespace descriptor of type `kind`.
-        if unsafe { libc::setns(fd.as_raw_fd(), *kind) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        rustix::thread::move_into_link_name_space(fd.as_fd(), namespace_type(*kind))?;
     }
-    // SAFETY: getcwd succeeded, so `cwd` holds a NUL-terminated path.
-    if mount_ns && unsafe { libc::chdir(cwd.as_ptr().cast()) } != 0 {
-        return Err(io::Error::last_os_error());
+    if let Some(cwd) = cwd {
+        rustix::process::chdir(cwd)?;
     }
     Ok(())
+}
+
+/// The `setns` type of a namespace's `CLONE_NEW*` flag (`None`: any type).
+fn namespace_type(kind: libc::c_int) -> Option<LinkNameSpaceType> {
+    Some(match kind {
+        libc::CLONE_NEWUSER => LinkNameSpaceType::User,
+        libc::CLONE_NEWNS => LinkNameSpaceType::Mount,
+        libc::CLONE_NEWNET => LinkNameSpaceType::Network,
+        libc::CLONE_NEWIPC => LinkNameSpaceType::InterProcessCommunication,
+        libc::CLONE_NEWUTS => LinkNameSpaceType::HostNameAndNISDomainName,
+        libc::CLONE_NEWCGROUP => LinkNameSpaceType::ControlGroup,
+        libc::CLONE_NEWPID => LinkNameSpaceType::ProcessID,
+        libc::CLONE_NEWTIME => LinkNameSpaceType::Time,
+        _ => return None,
+    })
 }
 
 /// Drops `drops` from the bounding set (a process running as uid 0 has them until exec) and
@@ -609,76 +605,39 @@ fn drop_capabilities(drops: Drops) -> io::Result<()> {
         return Ok(());
     }
     // The bounding set does not limit the ambient set, which a non-root process keeps across
-    // exec. SAFETY: prctl with integer arguments only; a kernel without ambient capabilities
-    // (EINVAL) has nothing to clear.
-    unsafe { libc::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
-    let mut cleared = [0u32; 2];
+    // exec; a kernel without ambient capabilities (EINVAL) has nothing to clear.
+    let _ = rustix::thread::clear_ambient_capability_set();
+    let mut cleared = CapabilitySet::empty();
     for (capability, _) in drops.capabilities() {
-        cleared[capability as usize / 32] |= 1 << (capability % 32);
-        // SAFETY: prctl with PR_CAPBSET_DROP takes integer arguments only.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } != 0 {
-            refused_as_root()?;
+        let capability = CapabilitySet::from_bits_retain(1 << capability);
+        cleared |= capability;
+        if let Err(e) = rustix::thread::remove_capability_from_bounding_set(capability) {
+            refused_as_root(e.into())?;
         }
     }
-    if clear_capability_sets(cleared).is_err() {
-        refused_as_root()?;
+    if let Err(e) = clear_capability_sets(cleared) {
+        refused_as_root(e)?;
     }
     Ok(())
 }
 
-/// The last OS error if the calling process runs as uid 0, else nothing.
-fn refused_as_root() -> io::Result<()> {
-    let error = io::Error::last_os_error();
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    match unsafe { libc::geteuid() } {
-        0 => Err(error),
-        _ => Ok(()),
+/// `error` if the calling process runs as uid 0, else nothing.
+fn refused_as_root(error: io::Error) -> io::Result<()> {
+    match rustix::process::geteuid().is_root() {
+        true => Err(error),
+        false => Ok(()),
     }
 }
 
-/// `struct __user_cap_header_struct`.
-#[repr(C)]
-struct CapabilityHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-/// `struct __user_cap_data_struct`: one 32-bit word of each set.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CapabilityWord {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-/// Clears the capabilities whose bits are set in `cleared` (two 32-bit words) from the calling
-/// thread's effective, permitted and inheritable sets. Raw system calls only.
-fn clear_capability_sets(cleared: [u32; 2]) -> io::Result<()> {
-    let mut header = CapabilityHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let empty = CapabilityWord {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    };
-    let mut words = [empty; 2];
-    // SAFETY: `header` is a version-3 header for the calling thread, and `words` holds the two
-    // data words version 3 reads and writes.
-    if unsafe { libc::syscall(libc::SYS_capget, &mut header, words.as_mut_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    for (word, bits) in words.iter_mut().zip(cleared) {
-        word.effective &= !bits;
-        word.permitted &= !bits;
-        word.inheritable &= !bits;
-    }
-    // SAFETY: as above; capset only lowers the sets here, which is always allowed.
-    if unsafe { libc::syscall(libc::SYS_capset, &mut header, words.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+/// Clears the capabilities `cleared` from the calling thread's effective, permitted and
+/// inheritable sets (`capget`, `capset`). Raw system calls only.
+fn clear_capability_sets(cleared: CapabilitySet) -> io::Result<()> {
+    let mut sets = rustix::thread::capabilities(None)?;
+    sets.effective.remove(cleared);
+    sets.permitted.remove(cleared);
+    sets.inheritable.remove(cleared);
+    // Only lowers the sets, which is always allowed.
+    rustix::thread::set_capabilities(None, sets)?;
     Ok(())
 }
 
@@ -691,47 +650,27 @@ pub(crate) fn build_ruleset(
     open_late: &dyn Fn(&CStr) -> io::Result<OwnedFd>,
     private_dirs: &[CString],
 ) -> io::Result<OwnedFd> {
-    let attr = RulesetAttr {
-        handled_access_fs: plan.handled,
-    };
-    // SAFETY: `attr` is a valid ruleset attribute of the size passed; flags 0.
-    let ruleset = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            &attr as *const RulesetAttr,
-            std::mem::size_of::<RulesetAttr>(),
-            0u32,
-        )
-    };
-    if ruleset < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: landlock_create_ruleset returned a new descriptor, ours alone.
-    let ruleset = unsafe { OwnedFd::from_raw_fd(ruleset as RawFd) };
+    let ruleset = landlock::create_ruleset(plan.handled)?;
     for rule in &plan.rules {
         if private_dirs.iter().any(|dir| is_beneath(&rule.path, dir)) {
             let fd = open_late(&rule.path)?;
-            add_rule(ruleset.as_raw_fd(), fd.as_raw_fd(), rule.rights)?;
+            add_rule(&ruleset, &fd, rule.rights)?;
         } else {
-            add_rule(ruleset.as_raw_fd(), rule.fd.as_raw_fd(), rule.rights)?;
+            add_rule(&ruleset, &rule.fd, rule.rights)?;
         }
     }
     for (path, rights) in &plan.late_rules {
         let fd = open_late(path)?;
-        add_rule(ruleset.as_raw_fd(), fd.as_raw_fd(), *rights)?;
+        add_rule(&ruleset, &fd, *rights)?;
     }
     Ok(ruleset)
 }
 
 /// Adds the rules of `plan` on mounts kept in `slots` to `ruleset`, closing those descriptors.
-fn add_slot_rules(ruleset: &OwnedFd, plan: &LandlockPlan, slots: &[AtomicI32]) -> io::Result<()> {
+fn add_slot_rules(ruleset: &OwnedFd, plan: &LandlockPlan, slots: &[FdSlot]) -> io::Result<()> {
     for &(slot, rights) in &plan.slot_rules {
-        let fd = slots[slot].swap(-1, Ordering::Relaxed);
-        if fd >= 0 {
-            let added = add_rule(ruleset.as_raw_fd(), fd, rights);
-            // SAFETY: `fd` is ours (taken out of the slot) and closed exactly once.
-            unsafe { libc::close(fd) };
-            added?;
+        if let Some(fd) = slots[slot].take() {
+            add_rule(ruleset, &fd, rights)?;
         }
     }
     Ok(())
@@ -745,56 +684,29 @@ fn is_beneath(path: &CStr, dir: &CStr) -> bool {
 
 /// `no_new_privs`, then `landlock_restrict_self` with `ruleset`.
 fn enforce(ruleset: &OwnedFd) -> io::Result<()> {
-    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `ruleset` is an open ruleset descriptor; flags 0.
-    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    rustix::thread::set_no_new_privs(true)?;
+    landlock::restrict_self(ruleset.as_fd())
 }
 
 /// `open(path, O_PATH)`. Raw system call only.
 pub(crate) fn open_path(path: &CStr) -> io::Result<OwnedFd> {
-    // SAFETY: `path` is NUL-terminated; O_PATH needs no mode.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: open returned a new descriptor, ours alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
 }
 
 /// `landlock_add_rule` of a path-beneath rule: `rights` beneath the file or directory `fd`.
-fn add_rule(ruleset: RawFd, fd: RawFd, rights: u64) -> io::Result<()> {
-    let attr = PathBeneathAttr {
-        allowed_access: rights,
-        parent_fd: fd,
-    };
-    // SAFETY: `attr` is a valid path-beneath attribute; `ruleset` and `fd` are open; flags 0.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_add_rule,
-            ruleset,
-            LANDLOCK_RULE_PATH_BENEATH,
-            &attr as *const PathBeneathAttr,
-            0u32,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+fn add_rule(ruleset: &OwnedFd, fd: &OwnedFd, rights: u64) -> io::Result<()> {
+    landlock::add_path_beneath_rule(ruleset.as_fd(), fd.as_fd(), rights)
 }
 
 fn apply_step(
     step: &MountStep,
     plan: &ChildPlan,
     role: Role,
-    report: RawFd,
+    report: Option<BorrowedFd<'_>>,
     index: usize,
 ) -> io::Result<()> {
     let slots = &plan.slots;
@@ -808,48 +720,50 @@ fn apply_step(
             best_effort,
         } => match keep(path, *identity) {
             Ok(tree) => {
-                slots[*slot].store(tree.into_raw_fd(), Ordering::Relaxed);
+                slots[*slot].put(tree);
                 Ok(())
             }
             Err(_) if *best_effort => Ok(()),
             Err(e) => Err(e),
         },
         MountStep::ReadOnly { path } => {
-            let target = mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere)?;
-            mounts::make_read_only(target.as_raw_fd())
+            let target = mounts::open_path(CWD, path, Within::Anywhere)?;
+            mounts::make_read_only(target.as_fd())
         }
         MountStep::Hide { path } => {
-            let target = mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere)?;
-            mounts::cover(target.as_raw_fd())
+            let target = mounts::open_path(CWD, path, Within::Anywhere)?;
+            mounts::cover(target.as_fd())
         }
-        MountStep::Expose { path, slot } => match take(&slots[*slot]) {
-            Some(tree) => mounts::attach_at(tree.as_raw_fd(), path),
+        MountStep::Expose { path, slot } => match slots[*slot].take() {
+            Some(tree) => mounts::attach_at(tree.as_fd(), path),
             None => cover_host_mount(path, report, index),
         },
         MountStep::Tmpfs { path } => mounts::private_tmpfs(path),
         MountStep::Overlay { target, data } => mounts::mount(
-            Some(c"overlay"),
+            c"overlay",
             target,
-            Some(c"overlay"),
-            libc::MS_NOSUID | libc::MS_NODEV,
+            c"overlay",
+            MountFlags::NOSUID | MountFlags::NODEV,
             Some(data),
         ),
         MountStep::Bind { source, target } => {
             let tree = mounts::copy_path(source)?;
             mounts::set_tree_attributes(
-                tree.as_raw_fd(),
+                tree.as_fd(),
                 mounts::MOUNT_ATTR_NOSUID | mounts::MOUNT_ATTR_NODEV,
             )?;
-            mounts::attach_at(tree.as_raw_fd(), target)
+            mounts::attach_at(tree.as_fd(), target)
         }
         MountStep::Mqueue { path, slot } => {
-            let fd = mounts::mqueue()?.into_raw_fd();
-            // Kept in its slot (closed at exec, or once its Landlock rule is added) first.
-            slots[*slot].store(fd, Ordering::Relaxed);
-            match path {
-                Some(path) => mounts::attach_at(fd, path),
+            let fd = mounts::mqueue()?;
+            let attached = match path {
+                Some(path) => mounts::attach_at(fd.as_fd(), path),
                 None => Ok(()),
-            }
+            };
+            // Kept in its slot (closed at exec, or once its Landlock rule is added) whatever
+            // the attach's outcome.
+            slots[*slot].put(fd);
+            attached
         }
         MountStep::KeepSocket {
             path,
@@ -857,87 +771,71 @@ fn apply_step(
             identity,
         } => {
             if let Ok(copy) = copy_socket(path, *identity) {
-                slots[*slot].store(copy.into_raw_fd(), Ordering::Relaxed);
+                slots[*slot].put(copy);
             }
             Ok(())
         }
         MountStep::ExposeSocket { path, slot } => {
-            let bound = take(&slots[*slot])
-                .is_some_and(|copy| expose_socket(copy.as_raw_fd(), path).is_ok());
+            let bound = slots[*slot]
+                .take()
+                .is_some_and(|copy| expose_socket(copy.as_fd(), path).is_ok());
             if !bound {
                 report::note(report, Outcome::SocketNotBound, index);
             }
             Ok(())
         }
-        MountStep::MakeDir { path } => {
-            // SAFETY: `path` is NUL-terminated.
-            match unsafe { libc::mkdir(path.as_ptr(), 0o755) } {
-                0 => Ok(()),
-                _ => Err(io::Error::last_os_error()),
-            }
-        }
+        MountStep::MakeDir { path } => Ok(rustix::fs::mkdir(
+            path.as_c_str(),
+            Mode::from_raw_mode(0o755),
+        )?),
         MountStep::MakeFile { path } => {
-            // SAFETY: `path` is NUL-terminated; O_CREAT takes the mode argument.
-            let fd = unsafe {
-                libc::open(
-                    path.as_ptr(),
-                    libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                    0o600,
-                )
-            };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: `fd` is ours and closed exactly once.
-            unsafe { libc::close(fd) };
+            let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+            rustix::fs::open(path.as_c_str(), flags, Mode::from_raw_mode(0o600))?;
             Ok(())
         }
         MountStep::FreshSysfs { submounts } => {
             mounts::mount(
-                Some(c"sysfs"),
+                c"sysfs",
                 c"/sys",
-                Some(c"sysfs"),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+                c"sysfs",
+                MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC | MountFlags::RDONLY,
                 None,
             )?;
             for (path, slot) in submounts {
-                let tree = take(&slots[*slot]).ok_or(io::Error::from_raw_os_error(libc::EBADF))?;
-                mounts::attach_at(tree.as_raw_fd(), path)?;
+                let tree = slots[*slot]
+                    .take()
+                    .ok_or(io::Error::from_raw_os_error(libc::EBADF))?;
+                mounts::attach_at(tree.as_fd(), path)?;
             }
             Ok(())
         }
         MountStep::BindHost { target, slot, .. } => {
-            let copy = take(&slots[*slot]).ok_or(io::Error::from_raw_os_error(libc::EBADF))?;
-            let dir = mounts::is_dir(copy.as_raw_fd())?;
+            let copy = slots[*slot]
+                .take()
+                .ok_or(io::Error::from_raw_os_error(libc::EBADF))?;
+            let dir = mounts::is_dir(copy.as_fd())?;
             let point = mounts::open_mount_point(target, dir)?;
-            mounts::attach(copy.as_raw_fd(), point.as_raw_fd())
+            mounts::attach(copy.as_fd(), point.as_fd())
         }
     }
-}
-
-/// The descriptor in `slot`, taken out of it (closed when dropped).
-fn take(slot: &AtomicI32) -> Option<OwnedFd> {
-    let fd = slot.swap(-1, Ordering::Relaxed);
-    // SAFETY: a descriptor in a slot is ours alone; taking it out leaves -1 behind.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A detached recursive copy of the tree at `path`, which must still be `identity`.
 fn keep(path: &CStr, identity: Option<Identity>) -> io::Result<OwnedFd> {
-    let source = mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere)?;
+    let source = mounts::open_path(CWD, path, Within::Anywhere)?;
     if let Some(expected) = identity {
-        let st = mounts::stat(source.as_raw_fd())?;
+        let st = mounts::stat(source.as_fd())?;
         if (st.st_dev, st.st_ino) != (expected.dev, expected.ino) {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
     }
-    mounts::copy_tree(source.as_raw_fd(), true)
+    mounts::copy_tree(source.as_fd(), true)
 }
 
 /// Covers the mount point `path` of a host mount that could not be kept (see
 /// [`MountStep::Expose`]) and reports which it was.
-fn cover_host_mount(path: &CStr, report: RawFd, index: usize) -> io::Result<()> {
-    let target = match mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere) {
+fn cover_host_mount(path: &CStr, report: Option<BorrowedFd<'_>>, index: usize) -> io::Result<()> {
+    let target = match mounts::open_path(CWD, path, Within::Anywhere) {
         Ok(target) => target,
         Err(e)
             if matches!(
@@ -950,7 +848,7 @@ fn cover_host_mount(path: &CStr, report: RawFd, index: usize) -> io::Result<()> 
         }
         Err(e) => return Err(e),
     };
-    mounts::cover(target.as_raw_fd())?;
+    mounts::cover(target.as_fd())?;
     report::note(report, Outcome::MountCovered, index);
     Ok(())
 }
@@ -959,25 +857,25 @@ fn cover_host_mount(path: &CStr, report: RawFd, index: usize) -> io::Result<()> 
 /// read-only, so the run cannot change the host's socket inode (its mode) through it.
 fn copy_socket(path: &CStr, identity: Identity) -> io::Result<OwnedFd> {
     let source = socket_at(path)?;
-    let st = mounts::stat(source.as_raw_fd())?;
+    let st = mounts::stat(source.as_fd())?;
     if (st.st_dev, st.st_ino) != (identity.dev, identity.ino) {
         return Err(io::Error::from_raw_os_error(libc::ESTALE));
     }
-    let copy = mounts::copy_tree(source.as_raw_fd(), false)?;
-    mounts::set_tree_attributes(copy.as_raw_fd(), mounts::MOUNT_ATTR_RDONLY)?;
+    let copy = mounts::copy_tree(source.as_fd(), false)?;
+    mounts::set_tree_attributes(copy.as_fd(), mounts::MOUNT_ATTR_RDONLY)?;
     Ok(copy)
 }
 
 /// Puts the socket copy `copy` over the socket file at `path` (still a socket).
-fn expose_socket(copy: RawFd, path: &CStr) -> io::Result<()> {
+fn expose_socket(copy: BorrowedFd<'_>, path: &CStr) -> io::Result<()> {
     let target = socket_at(path)?;
-    mounts::attach(copy, target.as_raw_fd())
+    mounts::attach(copy, target.as_fd())
 }
 
 /// The socket file at `path`, opened without following links.
 fn socket_at(path: &CStr) -> io::Result<OwnedFd> {
-    let fd = mounts::open_path(libc::AT_FDCWD, path, Within::Anywhere)?;
-    if mounts::stat(fd.as_raw_fd())?.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+    let fd = mounts::open_path(CWD, path, Within::Anywhere)?;
+    if FileType::from_raw_mode(mounts::stat(fd.as_fd())?.st_mode) != FileType::Socket {
         return Err(io::Error::from_raw_os_error(libc::ENOTSOCK));
     }
     Ok(fd)
@@ -987,16 +885,8 @@ fn socket_at(path: &CStr) -> io::Result<OwnedFd> {
 /// mounts (the inherited working directory still points into the mount it was entered on).
 fn reenter_cwd() -> io::Result<()> {
     let mut buf = [0u8; CWD_MAX];
-    // SAFETY: `buf` is a writable buffer of the given length; getcwd with a buffer does not
-    // allocate.
-    if unsafe { libc::getcwd(buf.as_mut_ptr().cast(), buf.len()) }.is_null() {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: getcwd succeeded, so `buf` holds a NUL-terminated path.
-    if unsafe { libc::chdir(buf.as_ptr().cast()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    let cwd = sys_fd::getcwd(&mut buf)?;
+    Ok(rustix::process::chdir(cwd)?)
 }
 
 /// Enters new namespaces (`flags`: `CLONE_NEWNS`, `CLONE_NEWNET`, `CLONE_NEWIPC`).
@@ -1009,17 +899,13 @@ fn reenter_cwd() -> io::Result<()> {
 /// dropped at exec because its uid is not 0 there). Files of other owners then show as the
 /// overflow uid (65534).
 fn enter_namespaces(flags: libc::c_int, privilege: Privilege) -> io::Result<()> {
-    // SAFETY: geteuid/getegid/unshare take and return integers only.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let euid = rustix::process::geteuid().as_raw();
+    let egid = rustix::process::getegid().as_raw();
     let plain = euid == 0 || privilege == Privilege::InJoinedNamespace;
-    // SAFETY: as above.
-    if plain && unsafe { libc::unshare(flags) } == 0 {
+    if plain && process::unshare(flags).is_ok() {
         return Ok(());
     }
-    // SAFETY: as above.
-    if unsafe { libc::unshare(libc::CLONE_NEWUSER | flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    process::unshare(libc::CLONE_NEWUSER | flags)?;
     write_proc(c"/proc/self/setgroups", b"deny")?;
     let mut line = [0u8; 40];
     write_proc(c"/proc/self/uid_map", id_map_line(&mut line, euid))?;
@@ -1056,51 +942,24 @@ fn id_map_line(buf: &mut [u8; 40], id: u32) -> &[u8] {
 
 /// `open(path, O_WRONLY)`, one `write`, `close`. Async-signal-safe.
 fn write_proc(path: &CStr, data: &[u8]) -> io::Result<()> {
-    // SAFETY: `path` is NUL-terminated; O_WRONLY|O_CLOEXEC needs no mode argument.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+    let fd = rustix::fs::open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    match rustix::io::write(&fd, data)? {
+        n if n == data.len() => Ok(()),
+        _ => Err(io::Error::from(io::ErrorKind::WriteZero)),
     }
-    // SAFETY: `data` is a valid buffer of `data.len()` bytes; `fd` was just opened.
-    let written = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
-    let result = if written == data.len() as isize {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    };
-    // SAFETY: `fd` is ours and closed exactly once.
-    unsafe { libc::close(fd) };
-    result
 }
 
 /// Sets `IFF_UP` on `lo` of the current network namespace through SIOCGIFFLAGS/SIOCSIFFLAGS on
 /// an AF_INET datagram socket. Async-signal-safe.
 fn loopback_up() -> io::Result<()> {
-    // SAFETY: socket takes integers only.
-    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if sock < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: ifreq is plain old data; all-zero is a valid value (empty name, zero flags).
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    req.ifr_name[0] = b'l' as libc::c_char;
-    req.ifr_name[1] = b'o' as libc::c_char;
-    // SAFETY: `req` is a valid ifreq naming "lo"; SIOCGIFFLAGS fills ifru_flags.
-    let mut rc = unsafe { libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) };
-    if rc == 0 {
-        // SAFETY: SIOCGIFFLAGS succeeded, so ifru_flags is the initialised union member.
-        unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
-        // SAFETY: `req` is a valid ifreq; SIOCSIFFLAGS only reads it.
-        rc = unsafe { libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) };
-    }
-    let result = if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    };
-    // SAFETY: `sock` is ours and closed exactly once.
-    unsafe { libc::close(sock) };
-    result
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let socket = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    process::set_interface_up(socket.as_fd(), c"lo")
 }
 
 /// Probe body (run in a forked child): the namespaces a plan with `mount_ns`/`net_ns` would
@@ -1113,7 +972,7 @@ pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
             &[Some(&ChildPlan::namespaces_only(mount_ns, net_ns))],
             Role::Own,
             &mut [],
-            -1,
+            None,
         )?;
         if mount_ns {
             mounts::private_tmpfs(c"/dev/shm")?;
@@ -1131,14 +990,14 @@ pub(crate) fn probe_overlay(target: &CStr, data: &CStr) -> i32 {
         &[Some(&ChildPlan::namespaces_only(true, false))],
         Role::Own,
         &mut [],
-        -1,
+        None,
     )
     .and_then(|()| {
         mounts::mount(
-            Some(c"overlay"),
+            c"overlay",
             target,
-            Some(c"overlay"),
-            libc::MS_NOSUID | libc::MS_NODEV,
+            c"overlay",
+            MountFlags::NOSUID | MountFlags::NODEV,
             Some(data),
         )
     });
@@ -1150,7 +1009,7 @@ pub(crate) fn probe_overlay(target: &CStr, data: &CStr) -> i32 {
 /// tree made in its own mount namespace). Returns 0 or an errno.
 pub(crate) fn probe_host_copy(plan: &JoinPlan) -> i32 {
     let result = join(plan).and_then(|()| match plan.host_trees.first() {
-        Some((_, tree)) => mounts::copy_tree(tree.as_raw_fd(), false).map(drop),
+        Some((_, tree)) => mounts::copy_tree(tree.as_fd(), false).map(drop),
         None => Ok(()),
     });
     plain_errno(result)
@@ -1184,7 +1043,7 @@ impl ChildPlan {
             private_dirs: Vec::new(),
             host_dirs: Vec::new(),
             landlock: None,
-            report: AtomicI32::new(-1),
+            report: LentFd::new(),
         }
     }
 }

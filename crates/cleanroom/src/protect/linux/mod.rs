@@ -4,9 +4,10 @@
 //! the listening unix sockets ([`sock_diag`]), and small fork-based probes used by the sandbox
 //! compiler and `doctor`.
 //!
-//! Invariant: everything that runs after fork (the child plan, the probe bodies) makes only
-//! raw, async-signal-safe system calls on data prepared before the fork or on the stack; it never
-//! allocates, locks or touches Rust's standard I/O.
+//! Invariant: everything that runs after fork (the child plan, the holder, the probe bodies: the
+//! child programs of `sys::linux`, which forks them) makes only raw, async-signal-safe system
+//! calls on data prepared before the fork or on the stack; it never allocates, locks or touches
+//! Rust's standard I/O. The system calls rustix lacks are `sys::linux`'s.
 
 pub(crate) mod child;
 mod mounts;
@@ -20,13 +21,12 @@ use std::path::Path;
 
 use landlock::{Access as _, AccessFs, ABI};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 use super::rule::Access;
 use super::view::View;
 use crate::error::{Error, Result};
-
-/// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>` (not exported by libc).
-const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
+use crate::sys::linux::{fork, landlock as sys_landlock, process};
 
 /// The newest Landlock ABI whose filesystem semantics this module was written and tested
 /// against. A newer kernel is used at this level (the ruleset stays compatible; newer access
@@ -38,20 +38,11 @@ pub(crate) const NEWEST_VETTED_ABI: u32 = 7;
 /// `Err` carries why Landlock is not there (built without it, disabled at boot, blocked by a
 /// seccomp filter, ...).
 pub(crate) fn landlock_abi() -> std::result::Result<u32, String> {
-    // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag the kernel only returns
-    // the ABI number (or an error); no memory is read or written.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
+    let err = match sys_landlock::abi_version() {
+        Ok(abi) if abi >= 1 => return Ok(abi),
+        Ok(_) => io::Error::from_raw_os_error(libc::EINVAL),
+        Err(err) => err,
     };
-    if rc >= 1 {
-        return Ok(u32::try_from(rc).unwrap_or(u32::MAX));
-    }
-    let err = io::Error::last_os_error();
     Err(match err.raw_os_error() {
         Some(libc::ENOSYS) => "the kernel was built without Landlock (ENOSYS)".to_string(),
         Some(libc::EOPNOTSUPP) => {
@@ -152,37 +143,24 @@ impl Rights {
 /// it returned. The child exits with `_exit` and never returns into Rust code; the parent reaps
 /// exactly that pid.
 ///
-/// `body` must be async-signal-safe (the parent may be multi-threaded).
+/// `body` must be async-signal-safe (the parent may be multi-threaded): it is a child program
+/// (the contract of `sys::linux::fork::fork`), one of this module's probe bodies.
 pub(crate) fn probe_in_child(body: impl Fn() -> i32) -> io::Result<()> {
-    // SAFETY: the child runs only `body` (async-signal-safe by contract) and `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        let code = body();
-        // SAFETY: terminates the child without running atexit handlers or destructors.
-        unsafe { libc::_exit(code.clamp(0, 255)) };
-    }
-    let mut status = 0;
-    loop {
-        // SAFETY: waits for the specific child we forked; `status` is a valid out-pointer.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc == pid {
-            break;
+    let pid = fork::fork(|_| match body() {
+        0 => Ok(()),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    })?;
+    let status = loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => break status,
+            Ok(None) | Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
-    if libc::WIFEXITED(status) {
-        match libc::WEXITSTATUS(status) {
-            0 => Ok(()),
-            errno => Err(io::Error::from_raw_os_error(errno)),
-        }
-    } else {
-        Err(io::Error::other("the probe child was killed by a signal"))
+    };
+    match status.exit_status() {
+        Some(0) => Ok(()),
+        Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+        None => Err(io::Error::other("the probe child was killed by a signal")),
     }
 }
 
@@ -191,24 +169,13 @@ pub(crate) fn probe_in_child(body: impl Fn() -> i32) -> io::Result<()> {
 /// flags passes the security hooks (Landlock refuses every mount with `EPERM`) and the
 /// capability check, then fails with `EINVAL` before it acts. `Err` is the errno.
 pub(crate) fn may_mount_here() -> std::result::Result<(), i32> {
-    // SAFETY: NULL source, type and data; a NUL-terminated target; integer flags. The call
-    // cannot succeed (MS_SHARED and MS_SLAVE together are invalid), so nothing changes.
-    let rc = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_SHARED | libc::MS_SLAVE,
-            std::ptr::null(),
-        )
-    };
-    let errno = io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO);
-    match (rc, errno) {
-        (0, _) => Ok(()),
-        (_, libc::EINVAL) => Ok(()),
-        (_, errno) => Err(errno),
+    use rustix::mount::MountPropagationFlags;
+    // NULL source, type and data: the call cannot succeed (MS_SHARED and MS_SLAVE together are
+    // invalid), so nothing changes.
+    let contradictory = MountPropagationFlags::SHARED | MountPropagationFlags::DOWNSTREAM;
+    match rustix::mount::mount_change(c"/", contradictory) {
+        Ok(()) | Err(Errno::INVAL) => Ok(()),
+        Err(errno) => Err(errno.raw_os_error()),
     }
 }
 
@@ -219,22 +186,13 @@ pub(crate) fn probe_netns() -> i32 {
 
 /// Probe body: an unprivileged-style user namespace. Returns 0 or an errno.
 pub(crate) fn probe_userns() -> i32 {
-    // SAFETY: unshare takes an integer only.
-    if unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0 {
-        0
-    } else {
-        errno_of(Err(io::Error::last_os_error()))
-    }
+    errno_of(process::unshare(libc::CLONE_NEWUSER))
 }
 
 /// Probe body: becoming a child subreaper. Returns 0 or an errno.
 pub(crate) fn probe_subreaper() -> i32 {
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
-        0
-    } else {
-        errno_of(Err(io::Error::last_os_error()))
-    }
+    let me = rustix::process::getpid();
+    errno_of(rustix::process::set_child_subreaper(Some(me)).map_err(io::Error::from))
 }
 
 pub(crate) fn errno_of(result: io::Result<()>) -> i32 {

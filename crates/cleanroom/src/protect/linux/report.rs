@@ -8,7 +8,7 @@
 //! record from the closing frame by its kind byte.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 
 /// The bit that marks a failure code (errnos are below 4096).
 const SETUP_FAILED: i32 = 0x4000_0000;
@@ -112,23 +112,22 @@ impl Outcome {
 /// The kind byte of the frame that closes a holder's report (its errno below it).
 const END: u32 = 0xff;
 
-/// Writes the record "step `step` turned out `outcome`" to `fd` (nothing when `fd` is -1).
-/// Raw system calls only.
-pub(crate) fn note(fd: RawFd, outcome: Outcome, step: usize) {
-    if fd >= 0 {
+/// Writes the record "step `step` turned out `outcome`" to `fd` (nothing without one). Raw
+/// system calls only.
+pub(crate) fn note(fd: Option<BorrowedFd<'_>>, outcome: Outcome, step: usize) {
+    if let Some(fd) = fd {
         write_frame(fd, outcome.kind() << 24 | (step as u32 & 0x00ff_ffff));
     }
 }
 
 /// Writes the frame that ends a holder's report: its errno (0: ready). Raw system calls only.
-pub(crate) fn end(fd: RawFd, errno: i32) {
+pub(crate) fn end(fd: BorrowedFd<'_>, errno: i32) {
     write_frame(fd, END << 24 | (errno as u32 & 0x00ff_ffff));
 }
 
-fn write_frame(fd: RawFd, frame: u32) {
-    let bytes = frame.to_ne_bytes();
-    // SAFETY: `bytes` is a valid buffer of its length; a pipe write of 4 bytes is atomic.
-    unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+/// One write of the frame (a pipe write of 4 bytes is atomic).
+fn write_frame(fd: BorrowedFd<'_>, frame: u32) {
+    let _ = rustix::io::write(fd, &frame.to_ne_bytes());
 }
 
 /// What a report holds: the records, and the closing errno when there was one.

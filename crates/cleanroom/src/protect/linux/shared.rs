@@ -14,14 +14,18 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
+use rustix::process::Pid;
 
 use super::child::{self, ChildPlan, JoinPlan};
 use super::report;
 use crate::protect::view::{self, View};
+use crate::sys::linux::fork::{self, InChild};
 
 /// What [`establish`] set up: the namespaces to join, and how the holder's best-effort steps
 /// turned out.
@@ -51,22 +55,18 @@ pub(crate) fn establish(plan: &ChildPlan) -> io::Result<Established> {
         SocketFlags::CLOEXEC,
         None,
     )?;
-    // SAFETY: the child runs only `hold` (raw system calls on the plan, the pipes and the
-    // socket) and `_exit`, never returning into Rust code.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        let ends = HolderEnds {
-            ready: ready_write.as_raw_fd(),
-            trees: trees_write.as_raw_fd(),
-            release: release_read.as_raw_fd(),
-            release_write: release_write.as_raw_fd(),
-        };
-        // SAFETY: the ends are open descriptors of this (forked) process.
-        unsafe { hold(plan, ends) };
-    }
+    let ends = HolderEnds {
+        ready: ready_write.as_fd(),
+        trees: trees_write.as_fd(),
+        release: release_read.as_fd(),
+        release_write: release_write.as_fd(),
+    };
+    // The child runs only `hold`: raw system calls on the plan, the pipes and the socket (the
+    // contract of `fork`).
+    let pid = fork::fork(|child| {
+        hold(child, plan, &ends);
+        Ok(())
+    })?;
     drop((ready_write, release_read, trees_write));
     let joined = report::read(&ready_read).and_then(|report| {
         match report.end {
@@ -96,29 +96,27 @@ pub(crate) fn establish(plan: &ChildPlan) -> io::Result<Established> {
     })
 }
 
-/// The descriptors a holder uses.
-struct HolderEnds {
+/// The descriptors a holder uses (open across the fork: [`establish`] keeps them).
+struct HolderEnds<'a> {
     /// Its report (best-effort outcomes, then the errno: 0 when ready).
-    ready: RawFd,
+    ready: BorrowedFd<'a>,
     /// Where it sends its copies of the host's trees.
-    trees: RawFd,
+    trees: BorrowedFd<'a>,
     /// EOF here lets it exit.
-    release: RawFd,
+    release: BorrowedFd<'a>,
     /// The parent's end of `release`, closed in the holder.
-    release_write: RawFd,
+    release_write: BorrowedFd<'a>,
 }
 
 /// The holder: enters `plan`'s namespaces (copying the host's trees of its host directories
-/// first), sends those copies, reports, then waits for EOF on `release` and exits.
-///
-/// # Safety
-/// Call only in a freshly forked child; the ends must be open.
-unsafe fn hold(plan: &ChildPlan, ends: HolderEnds) -> ! {
-    // SAFETY: the parent's write end; ours must close or the read below never sees EOF.
-    unsafe { libc::close(ends.release_write) };
-    let mut held = [-1 as RawFd; MAX_HOST_DIRS];
+/// first), sends those copies, reports, then waits for EOF on `release`; the child exits when
+/// it returns. Runs in a freshly forked child (`child`).
+fn hold(child: &InChild, plan: &ChildPlan, ends: &HolderEnds<'_>) {
+    // The parent's write end: ours must close or the read below never sees EOF.
+    child.close_inherited(ends.release_write);
+    let mut held: [Option<OwnedFd>; MAX_HOST_DIRS] = [None, None];
     let count = plan.host_dirs.len().min(MAX_HOST_DIRS);
-    let mut result = child::enter_as_holder(plan, &mut held[..count], ends.ready);
+    let mut result = child::enter_as_holder(plan, &mut held[..count], Some(ends.ready));
     if result.is_ok() && count > 0 {
         result = send_fds(ends.trees, &held[..count]);
     }
@@ -126,52 +124,44 @@ unsafe fn hold(plan: &ChildPlan, ends: HolderEnds) -> ! {
         .err()
         .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO));
     report::end(ends.ready, errno);
-    let mut byte = 0u8;
+    let mut byte = [0u8; 1];
     loop {
-        // SAFETY: one byte into a local; EOF comes when the parent lets go (or dies).
-        let got = unsafe { libc::read(ends.release, (&mut byte as *mut u8).cast(), 1) };
-        // SAFETY: reads this thread's errno.
-        if got == 0 || (got < 0 && unsafe { *libc::__errno_location() } != libc::EINTR) {
-            break;
+        // EOF comes when the parent lets go (or dies).
+        match rustix::io::read(ends.release, &mut byte) {
+            Ok(0) => break,
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(_) => break,
         }
     }
-    // SAFETY: terminates the holder without running atexit handlers or destructors.
-    unsafe { libc::_exit(0) }
 }
 
 /// At most this many host directories are copied by a holder (`/tmp` and `/var/tmp`).
 const MAX_HOST_DIRS: usize = 2;
 
-/// Sends `fds` over the unix socket `socket` (`SCM_RIGHTS`). Raw system calls only.
-fn send_fds(socket: RawFd, fds: &[RawFd]) -> io::Result<()> {
-    // Room for a header and MAX_HOST_DIRS descriptors, aligned as cmsghdr.
-    let mut control = [0u64; 8];
-    let payload = std::mem::size_of_val(fds);
-    let mut byte = 0u8;
-    let mut iov = libc::iovec {
-        iov_base: (&mut byte as *mut u8).cast(),
-        iov_len: 1,
-    };
-    // SAFETY: msghdr is plain old data; all-zero is a valid empty message.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
-    // SAFETY: `msg` has a control buffer of at least CMSG_SPACE(payload) bytes (64 bytes hold
-    // a header and two descriptors), so the first header and its data fit.
-    unsafe {
-        let header = libc::CMSG_FIRSTHDR(&msg);
-        (*header).cmsg_level = libc::SOL_SOCKET;
-        (*header).cmsg_type = libc::SCM_RIGHTS;
-        (*header).cmsg_len = libc::CMSG_LEN(payload as u32) as usize;
-        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(header), payload);
+/// Sends `held` (every entry taken, at most [`MAX_HOST_DIRS`]) over the unix socket `socket`
+/// (`SCM_RIGHTS`, one byte of data). Raw system calls only.
+fn send_fds(socket: BorrowedFd<'_>, held: &[Option<OwnedFd>]) -> io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    if held.len() > MAX_HOST_DIRS || held.iter().any(Option::is_none) {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
-    // SAFETY: `msg` describes valid buffers for the duration of the call.
-    if unsafe { libc::sendmsg(socket, &msg, 0) } < 0 {
-        return Err(io::Error::last_os_error());
+    // The placeholders past `held.len()` are never sent.
+    let fds: [BorrowedFd<'_>; MAX_HOST_DIRS] = std::array::from_fn(|i| {
+        held.get(i)
+            .and_then(Option::as_ref)
+            .map_or(rustix::fs::CWD, AsFd::as_fd)
+    });
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_HOST_DIRS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds[..held.len()])) {
+        return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
     }
+    rustix::net::sendmsg(
+        socket,
+        &[io::IoSlice::new(&[0])],
+        &mut control,
+        SendFlags::empty(),
+    )?;
     Ok(())
 }
 
@@ -195,13 +185,14 @@ fn receive_trees(socket: &OwnedFd, plan: &ChildPlan) -> io::Result<Vec<(CString,
 /// ruleset, its late rules opened through the holder's root (or as they are, without one).
 fn open_joined(
     plan: &ChildPlan,
-    holder: Option<libc::pid_t>,
+    holder: Option<Pid>,
     host_trees: Vec<(CString, OwnedFd)>,
 ) -> io::Result<JoinPlan> {
     let mut namespaces = Vec::new();
     let mut root = String::new();
     let mut view = None;
     if let Some(pid) = holder {
+        let pid = pid.as_raw_nonzero();
         let ns = |name: &str| open_proc(&format!("/proc/{pid}/ns/{name}"));
         let user = ns("user")?;
         let own_user = open_proc("/proc/self/ns/user")?;
@@ -260,16 +251,12 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Waits for the holder (exactly that pid).
-fn reap(pid: libc::pid_t) -> io::Result<()> {
+fn reap(pid: Pid) -> io::Result<()> {
     loop {
-        let mut status = 0;
-        // SAFETY: waits for the specific child we forked; `status` is a valid out-pointer.
-        if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(_) => return Ok(()),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }

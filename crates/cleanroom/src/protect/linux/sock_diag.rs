@@ -9,14 +9,13 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use super::child::Identity;
 
-/// `NETLINK_SOCK_DIAG` and `SOCK_DIAG_BY_FAMILY` from `<linux/sock_diag.h>`.
-const NETLINK_SOCK_DIAG: libc::c_int = 4;
+/// `SOCK_DIAG_BY_FAMILY` from `<linux/sock_diag.h>`.
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 /// `UDIAG_SHOW_NAME`, `UDIAG_SHOW_VFS`, `UNIX_DIAG_NAME` and `UNIX_DIAG_VFS` from
 /// `<linux/unix_diag.h>`.
@@ -42,19 +41,13 @@ pub(crate) struct Bound {
 
 /// The sockets of the caller's network namespace that accept connections at a path.
 pub(crate) fn accepting() -> io::Result<Vec<Bound>> {
-    // SAFETY: socket takes integers only.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            NETLINK_SOCK_DIAG,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: socket returned a new descriptor, ours alone.
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    use rustix::net::{netlink, AddressFamily, RecvFlags, SocketFlags, SocketType};
+    let socket = rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        Some(netlink::SOCK_DIAG),
+    )?;
     send_request(&socket)?;
     let mut found = Vec::new();
     // Room for the largest datagram a dump sends, never zeroed: the kernel writes what it sends
@@ -62,24 +55,14 @@ pub(crate) fn accepting() -> io::Result<Vec<Bound>> {
     // every run.
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     loop {
-        // SAFETY: `buf` has room for its capacity, which is what recv may write.
-        let got = unsafe {
-            libc::recv(
-                socket.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.capacity(),
-                0,
-            )
-        };
-        if got < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
+        // recv writes into the whole capacity and sets the length to what it wrote.
+        buf.clear();
+        let spare = rustix::buffer::spare_capacity(&mut buf);
+        match rustix::net::recv(&socket, spare, RecvFlags::empty()) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        // SAFETY: recv wrote the first `got` bytes (at most the capacity passed to it).
-        unsafe { buf.set_len(got as usize) };
         if parse(&buf, &mut found)? {
             return Ok(found);
         }
@@ -103,17 +86,9 @@ fn send_request(socket: &OwnedFd) -> io::Result<()> {
     request.extend_from_slice(&(UDIAG_SHOW_NAME | UDIAG_SHOW_VFS).to_ne_bytes());
     request.extend_from_slice(&u32::MAX.to_ne_bytes());
     request.extend_from_slice(&u32::MAX.to_ne_bytes());
-    // SAFETY: `request` is a valid buffer of its length.
-    let sent = unsafe {
-        libc::send(
-            socket.as_raw_fd(),
-            request.as_ptr().cast(),
-            request.len(),
-            0,
-        )
-    };
-    if sent != request.len() as isize {
-        return Err(io::Error::last_os_error());
+    let sent = rustix::net::send(socket, &request, rustix::net::SendFlags::empty())?;
+    if sent != request.len() {
+        return Err(io::Error::from(io::ErrorKind::WriteZero));
     }
     Ok(())
 }
