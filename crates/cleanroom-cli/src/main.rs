@@ -5,6 +5,9 @@
 //! and env(1) do, so it never looks like a status of the command); plain `cleanroom` with no
 //! subcommand prints the help on stderr and exits 2.
 #![cfg_attr(all(target_os = "linux", target_env = "gnu", not(test)), no_main)]
+// `unsafe` only in `start` (the process entry point); system calls go through the library's
+// `sys` layer or rustix.
+#![deny(unsafe_code)]
 
 mod completions;
 mod config;
@@ -13,6 +16,7 @@ mod man;
 mod options;
 mod run;
 #[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
+#[allow(unsafe_code)]
 mod start;
 
 // `doctor` says what Linux or Windows allows; `serve` serves with what only Linux has (the
