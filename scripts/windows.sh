@@ -7,8 +7,8 @@
 # 2. runs those tests under Wine 8 with a private WINEPREFIX inside the cross dir (removed
 #    afterwards), with the ProcessPrng stand-in DLL (test scaffolding,
 #    scripts/windows/processprng.c), and checks the CLI there against Linux's behaviour (config
-#    file, --report, --on-leak, list/gc --json, refusals);
-# 3. type-checks the library for x86_64-apple-darwin.
+#    file, --report, --on-leak, list/gc --json, refusals, --exclusive);
+# 3. type-checks the library and the CLI for x86_64-apple-darwin.
 # A missing tool is a loud failure, never a skip: scripts/test.sh installs rustc-web cargo-web
 # rust-web-src gcc-mingw-w64-x86-64 wine64.
 set -euo pipefail

@@ -78,6 +78,20 @@ pub struct ContainmentInfo {
     pub watchdog_lost: Option<String>,
 }
 
+impl ContainmentInfo {
+    /// The containment of a platform outside Linux's ladder (a Job Object on Windows, a
+    /// process group on macOS): no mechanism of the ladder, no cgroup, no watchdog.
+    pub fn outside_the_ladder() -> ContainmentInfo {
+        ContainmentInfo {
+            mechanism: None,
+            fallback_reason: None,
+            cgroup: None,
+            watchdog: false,
+            watchdog_lost: None,
+        }
+    }
+}
+
 /// A process that outlived the command.
 #[derive(Clone, Debug, Serialize)]
 pub struct Leak {

@@ -80,15 +80,10 @@ struct RecordWire {
 }
 
 impl TryFrom<RecordWire> for OwnerRecord {
-    type Error = &'static str;
+    type Error = String;
 
-    fn try_from(wire: RecordWire) -> Result<OwnerRecord, &'static str> {
-        let user = match (wire.euid, wire.owner_sid) {
-            (Some(uid), None) => User::Uid(uid),
-            (None, Some(sid)) => User::Sid(sid),
-            (None, None) => return Err("it names no user (`euid` or `owner_sid`)"),
-            (Some(_), Some(_)) => return Err("it names two users (`euid` and `owner_sid`)"),
-        };
+    fn try_from(wire: RecordWire) -> Result<OwnerRecord, String> {
+        let user = User::from_fields(wire.euid, wire.owner_sid, "user")?;
         Ok(OwnerRecord {
             format: wire.format,
             version: wire.version,

@@ -109,15 +109,10 @@ struct MarkerWire {
 }
 
 impl TryFrom<MarkerWire> for Marker {
-    type Error = &'static str;
+    type Error = String;
 
-    fn try_from(wire: MarkerWire) -> Result<Marker, &'static str> {
-        let user = match (wire.euid, wire.owner_sid) {
-            (Some(uid), None) => User::Uid(uid),
-            (None, Some(sid)) => User::Sid(sid),
-            (None, None) => return Err("it names no owner (`euid` or `owner_sid`)"),
-            (Some(_), Some(_)) => return Err("it names two owners (`euid` and `owner_sid`)"),
-        };
+    fn try_from(wire: MarkerWire) -> Result<Marker, String> {
+        let user = User::from_fields(wire.euid, wire.owner_sid, "owner")?;
         Ok(Marker {
             format: wire.format,
             version: wire.version,

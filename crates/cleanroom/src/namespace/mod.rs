@@ -42,6 +42,22 @@ impl User {
             User::Sid(_) => None,
         }
     }
+
+    /// The user a record names by its two exclusive fields (`euid` on Unix, `owner_sid` on
+    /// Windows), as markers and lock owner records write it; `whom` is what the record calls
+    /// that user in the error (`owner`, `user`).
+    pub(crate) fn from_fields(
+        euid: Option<u32>,
+        owner_sid: Option<String>,
+        whom: &str,
+    ) -> std::result::Result<User, String> {
+        match (euid, owner_sid) {
+            (Some(uid), None) => Ok(User::Uid(uid)),
+            (None, Some(sid)) => Ok(User::Sid(sid)),
+            (None, None) => Err(format!("it names no {whom} (`euid` or `owner_sid`)")),
+            (Some(_), Some(_)) => Err(format!("it names two {whom}s (`euid` and `owner_sid`)")),
+        }
+    }
 }
 
 impl std::fmt::Display for User {

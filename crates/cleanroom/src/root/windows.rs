@@ -8,9 +8,9 @@
 
 use std::path::Path;
 
-use super::{RootOptions, LAYOUT_DIRS};
-use crate::error::{IoContext, Result};
-use crate::marker::Marker;
+use super::{Root, RootOptions, LAYOUT_DIRS};
+use crate::error::{Error, IoContext, Result};
+use crate::marker::{Kept, Marker};
 use crate::namespace::os::open_dir;
 use crate::namespace::{Namespace, PENDING_PREFIX};
 use crate::remove::{self, Held};
@@ -22,6 +22,17 @@ const PROFILE_DIRS: [&str; 3] = [
     r"home\AppData\Local",
     r"home\AppData\Roaming",
 ];
+
+impl Root {
+    /// A marker on Windows records no reason to keep its root yet: the caller removes a root
+    /// it was asked to keep on failure, with a warning.
+    pub fn record_kept(&mut self, _kept: Kept) -> Result<()> {
+        Err(Error::Unsupported {
+            what: "keeping the root of a failed run (--keep-root=on-failure)",
+            reason: "the Windows marker records no reason to keep a root yet".into(),
+        })
+    }
+}
 
 /// Makes the root `name` in `ns` under its pending name, writes `marker` and the layout into
 /// it, publishes it, then holds it and its marker's lock.

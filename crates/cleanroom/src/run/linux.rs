@@ -31,7 +31,6 @@ use super::{
 use crate::contain::Container;
 use crate::env;
 use crate::error::{Error, Result};
-use crate::marker::Kept;
 use crate::namespace::Namespace;
 use crate::process::ProcessInfo;
 use crate::protect::{NetMode, ProtectMode, Protection, ProtectionRequest};
@@ -274,11 +273,6 @@ fn spawn_failure(e: &std::io::Error, protection: &Protection, program: &str) -> 
 /// ENOEXEC: the file is not a format the kernel can execute.
 pub(super) fn not_executable(errno: i32) -> bool {
     errno == libc::ENOEXEC
-}
-
-/// Records in the root's marker why it is kept.
-pub(super) fn record_kept(root: &mut Root, kept: Kept) -> Result<()> {
-    root.record_kept(kept)
 }
 
 /// Environment and protection: everything between the root and the spawn.

@@ -33,10 +33,8 @@ use super::{
 use crate::contain::{Group, Killed};
 use crate::env;
 use crate::error::{Error, Result};
-use crate::marker::Kept;
 use crate::namespace::Namespace;
 use crate::report::{ContainmentInfo, Ending};
-use crate::root::Root;
 use crate::sys::macos::{CountedSignals, Terminal};
 
 /// Signals to the runner that end the run (forwarded to the command's group first).
@@ -95,13 +93,7 @@ pub(super) fn execute(
         root: root_path,
         exit,
         outcome,
-        containment: ContainmentInfo {
-            mechanism: None,
-            fallback_reason: None,
-            cgroup: None,
-            watchdog: false,
-            watchdog_lost: None,
-        },
+        containment: ContainmentInfo::outside_the_ladder(),
         protection: None,
         tmp: Vec::new(),
         cleanup,
@@ -180,9 +172,4 @@ fn stop(group: &Group, signal: Signal) {
 /// ENOEXEC: the file is not a format the kernel can execute.
 pub(super) fn not_executable(errno: i32) -> bool {
     errno == libc::ENOEXEC
-}
-
-/// Records in the root's marker why it is kept.
-pub(super) fn record_kept(root: &mut Root, kept: Kept) -> Result<()> {
-    root.record_kept(kept)
 }

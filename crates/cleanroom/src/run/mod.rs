@@ -358,7 +358,7 @@ fn finish_root(
                 exit_status: u8::try_from(exit_status).unwrap_or(EXIT_OWN_FAILURE),
                 retain: config.keep_root_count,
             };
-            match os::record_kept(&mut root, kept) {
+            match root.record_kept(kept) {
                 Ok(()) => {
                     root.keep();
                     return (None, true);

@@ -27,10 +27,8 @@ use super::{
 use crate::contain::Job;
 use crate::env;
 use crate::error::{Error, Result};
-use crate::marker::Kept;
 use crate::namespace::Namespace;
 use crate::report::{ContainmentInfo, Ending};
-use crate::root::Root;
 use crate::sys::windows as win;
 
 /// Console control events seen by the runner.
@@ -105,13 +103,7 @@ pub(super) fn execute(
         root: root_path,
         exit,
         outcome,
-        containment: ContainmentInfo {
-            mechanism: None,
-            fallback_reason: None,
-            cgroup: None,
-            watchdog: false,
-            watchdog_lost: None,
-        },
+        containment: ContainmentInfo::outside_the_ladder(),
         protection: None,
         tmp: Vec::new(),
         cleanup,
@@ -153,13 +145,4 @@ fn wait(child: &mut std::process::Child, job: &Job, config: &RunConfig, outcome:
 /// What CreateProcess says of a file that is not a program Windows can run.
 pub(super) fn not_executable(error: i32) -> bool {
     error == ERROR_BAD_EXE_FORMAT as i32
-}
-
-/// A marker on Windows records no reason to keep its root yet: a root kept on failure is
-/// removed instead, with a warning.
-pub(super) fn record_kept(_root: &mut Root, _kept: Kept) -> Result<()> {
-    Err(Error::Unsupported {
-        what: "keeping the root of a failed run (--keep-root=on-failure)",
-        reason: "the Windows marker records no reason to keep a root yet".into(),
-    })
 }
