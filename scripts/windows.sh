@@ -145,6 +145,17 @@ for refused in "--protect home" "--net none" "--lock-scope machine" "--share-tmp
   expect 125 "run $refused is refused" -- run $refused cmd /c 'exit 0'
   grep -q -- "${refused%% *}" "$TMPDIR/cli/err" || die "real CLI: the refusal of $refused does not name it"
 done
+expect 125 "--keep-root=on-failure is refused" -- run --keep-root=on-failure cmd /c 'exit 0'
+grep -q -- "--keep-root=on-failure" "$TMPDIR/cli/err" || die "real CLI: the refusal of --keep-root=on-failure does not name it"
+# Refusals judge the values the run would use: a variable refuses as its flag does, a config
+# file's value is refused naming the file, and a flag replaces the file's value.
+CLEANROOM_PROTECT=home expect 125 "CLEANROOM_PROTECT=home is refused" -- run cmd /c 'exit 0'
+grep -q -- "--protect home" "$TMPDIR/cli/err" || die "real CLI: the refusal of CLEANROOM_PROTECT=home does not name it"
+printf '[run]\nprotect = "home"\nlock-scope = "machine"\n' >"$project/linux.toml"
+expect 125 "a config file's protect = home is refused" -- run --config linux.toml cmd /c 'exit 0'
+grep -q -- "linux.toml: --protect home" "$TMPDIR/cli/err" || die "real CLI: the refusal of the file's protect does not name the file"
+expect 0 "flags replace the config file's refused values" -- run --config linux.toml --protect off --lock-scope user cmd /c 'exit 0'
+rm "$project/linux.toml"
 
 # --exclusive: LockFileEx locks in the namespace's locks\ (docs/exclusive.md), in a state dir
 # of their own. A run holds its lock from before its root exists until its job is empty.
@@ -167,7 +178,7 @@ assert len(log) == 4 and {log[0][0], log[2][0]} == {"A", "B"}, log
 first, second = log[0][0], log[2][0]
 assert log == [f"{first}-start", f"{first}-end", f"{second}-start", f"{second}-end"], log
 PY
-[ "$(cat "$TMPDIR/cli/a.err" "$TMPDIR/cli/b.err" | grep -c 'waiting for lock db, held by run ')" = 1 ] ||
+[ "$(cat "$TMPDIR/cli/a.err" "$TMPDIR/cli/b.err" | grep -c 'waiting for lock db, held by ')" = 1 ] ||
   die "real CLI: --exclusive: the runs did not meet (one should have waited, naming the holder)"
 rm "$project/lock.log"
 # 2. A holder killed hard (TerminateProcess) releases the lock at once: while it lives, list

@@ -13,9 +13,10 @@
 // The trust rule picked once: Linux and macOS judge owners and modes along the whole path;
 // Windows, for now, uses no discovered file (see its module).
 #[cfg(unix)]
+#[path = "config/unix.rs"]
 mod trust;
 #[cfg(windows)]
-#[path = "config/trust_windows.rs"]
+#[path = "config/windows.rs"]
 mod trust;
 
 use std::fs::File;

@@ -429,9 +429,18 @@ fn set<T>(
     }
 }
 
+/// Refuses, before anything starts, an option this platform has no backend for, on the values
+/// the run would use (the flags' and variables' over the config file's), naming it.
+pub fn refuse_unavailable(
+    flags: &RunOptions,
+    file: Option<(&Path, &RunOptions)>,
+) -> anyhow::Result<()> {
+    os::refuse(flags, file)
+}
+
 impl RunOptions {
-    /// Sets on `builder` every option this layer gives; the rest keeps the lower layers' values.
-    /// An option this platform has no backend for is an error that names it.
+    /// Sets on `builder` every option this layer gives; the rest keeps the lower layers' values
+    /// (what this platform cannot honour was refused by [`refuse_unavailable`]).
     pub fn apply(mut self, b: RunBuilder) -> anyhow::Result<RunBuilder> {
         let mut b = os::apply(&mut self, b)?;
         b = set(b, self.timeout.map(|l| l.0), RunBuilder::timeout);

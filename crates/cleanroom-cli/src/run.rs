@@ -103,6 +103,8 @@ impl RunArgs {
             RunConfig::builder(self.command.iter().cloned()).namespace(global.namespace_path());
         let file = config::load(source, &mut |warning| say!("cleanroom: warning: {warning}"))?;
         config::pass_on(file.as_ref());
+        let file_layer = file.as_ref().map(|f| (f.path.as_path(), &f.run));
+        crate::options::refuse_unavailable(&self.options, file_layer)?;
         if let Some(file) = &file {
             tracing::info!("config: {}", file.path.display());
             let applied = file.run.clone().apply(builder);

@@ -1,6 +1,8 @@
 //! The options only Linux has a backend for, applied: the timeout's signal, protection
 //! (Landlock), network isolation, machine-scope locks and the private /tmp.
 
+use std::path::Path;
+
 use cleanroom::protect::{NetMode, ProtectMode};
 use cleanroom::run::RunBuilder;
 
@@ -11,6 +13,11 @@ pub type Signal = rustix::process::Signal;
 
 /// `--signal SIG`: a name or number, as kill(1) takes it.
 pub use cleanroom::run::parse_signal;
+
+/// Nothing to refuse: Linux has a backend for every option.
+pub fn refuse(_flags: &RunOptions, _file: Option<(&Path, &RunOptions)>) -> anyhow::Result<()> {
+    Ok(())
+}
 
 /// Sets on `b` the Linux-only options this layer gives.
 pub fn apply(options: &mut RunOptions, mut b: RunBuilder) -> anyhow::Result<RunBuilder> {

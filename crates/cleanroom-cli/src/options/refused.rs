@@ -4,7 +4,9 @@
 //! private /tmp, and on Windows machine-scope locks. What each platform does instead is in
 //! docs/windows.md and docs/macos.md.
 
-use anyhow::bail;
+use std::path::Path;
+
+use anyhow::{bail, Context};
 use cleanroom::run::RunBuilder;
 
 use super::{ContainArg, NetArg, ProtectArg, RunOptions};
@@ -45,9 +47,48 @@ const HERE: Here = Here {
     tmp: "TMPDIR already points inside the root",
 };
 
-/// Refuses the first option this layer gives that this platform cannot honour; applies nothing
-/// (the options it has are set by the caller).
-pub fn apply(options: &mut RunOptions, b: RunBuilder) -> anyhow::Result<RunBuilder> {
+/// Nothing to apply: what this platform has no backend for was refused beforehand, on the
+/// values the run would use ([`refuse`]).
+pub fn apply(_options: &mut RunOptions, b: RunBuilder) -> anyhow::Result<RunBuilder> {
+    Ok(b)
+}
+
+/// Refuses the first option this platform cannot honour, judged on the values the run would
+/// use: a flag or `CLEANROOM_*` variable replaces the config file's value (`--protect off`
+/// overrides the file's `protect = "home"`), so a project file written for Linux does not stop
+/// every run here. A refused value that comes from the file is named with the file's path.
+pub fn refuse(flags: &RunOptions, file: Option<(&Path, &RunOptions)>) -> anyhow::Result<()> {
+    refuse_values(flags)?;
+    if let Some((path, file)) = file {
+        refuse_values(&flags_over(flags, file)).with_context(|| path.display().to_string())?;
+    }
+    Ok(())
+}
+
+/// The refusable options the run would use: each from `flags` where they give it, else from
+/// `file` (lists replace, switches add up, as the layers apply them).
+fn flags_over(flags: &RunOptions, file: &RunOptions) -> RunOptions {
+    fn pick<T: Clone>(flag: &Option<T>, file: &Option<T>) -> Option<T> {
+        flag.clone().or_else(|| file.clone())
+    }
+    RunOptions {
+        signal: pick(&flags.signal, &file.signal),
+        contain: pick(&flags.contain, &file.contain),
+        protect: pick(&flags.protect, &file.protect),
+        protect_path: pick(&flags.protect_path, &file.protect_path),
+        allow_write: pick(&flags.allow_write, &file.allow_write),
+        require_protection: flags.require_protection || file.require_protection,
+        net: pick(&flags.net, &file.net),
+        lock_scope: pick(&flags.lock_scope, &file.lock_scope),
+        keep_root: pick(&flags.keep_root, &file.keep_root),
+        share_tmp: pick(&flags.share_tmp, &file.share_tmp),
+        host_tmp: flags.host_tmp || file.host_tmp,
+        ..RunOptions::default()
+    }
+}
+
+/// Refuses the first of `options` this platform cannot honour.
+fn refuse_values(options: &RunOptions) -> anyhow::Result<()> {
     let Here {
         name,
         container,
@@ -86,30 +127,38 @@ pub fn apply(options: &mut RunOptions, b: RunBuilder) -> anyhow::Result<RunBuild
     if let Some(NetArg::None) = options.net {
         bail!("--net none: {name} has no network isolation backend yet; use --net host");
     }
-    refuse_locks(options)?;
+    refuse_platform_only(options)?;
     if given(&options.share_tmp) {
         bail!("--share-tmp: {no_private_tmp}");
     }
     if options.host_tmp {
         bail!("--host-tmp: {no_private_tmp}");
     }
-    Ok(b)
+    Ok(())
 }
 
-/// Refuses `--lock-scope machine` on Windows, which has no lock directory shared by every user.
+/// Refuses what Windows alone lacks: `--lock-scope machine` (no lock directory shared by every
+/// user) and `--keep-root=on-failure` (its marker records no reason to keep a root yet).
 #[cfg(windows)]
-fn refuse_locks(options: &RunOptions) -> anyhow::Result<()> {
+fn refuse_platform_only(options: &RunOptions) -> anyhow::Result<()> {
     if let Some(super::LockScopeArg::Machine) = options.lock_scope {
         bail!(
             "--lock-scope machine: Windows has no lock directory shared by every user (exclusive \
              locks are the user's own); use --lock-scope user"
         );
     }
+    if let Some(Some(super::KeepRootArg::OnFailure)) = options.keep_root {
+        bail!(
+            "--keep-root=on-failure: the Windows marker records no reason to keep a root yet; \
+             use --keep-root=always or --keep-root=never"
+        );
+    }
     Ok(())
 }
 
-/// Nothing to refuse: macOS takes exclusive locks as Linux does (`flock`), both scopes.
+/// Nothing more to refuse: macOS takes exclusive locks as Linux does (`flock`), both scopes,
+/// and records why a root is kept in its marker.
 #[cfg(not(windows))]
-fn refuse_locks(_options: &RunOptions) -> anyhow::Result<()> {
+fn refuse_platform_only(_options: &RunOptions) -> anyhow::Result<()> {
     Ok(())
 }

@@ -131,13 +131,16 @@ impl Watchdog {
             needle,
             uid: rustix::process::getuid().as_raw(),
         };
-        // The child runs `watch`, which makes only async-signal-safe calls on memory prepared
-        // here (the contract of `fork`).
-        let pid = fork::fork(|child| {
-            child.close_inherited(write.as_fd());
-            watch(child, &plan);
-            Ok(())
-        })
+        // SAFETY: the child runs `watch`, which makes only async-signal-safe calls on memory
+        // prepared here (the contract of `fork`).
+        #[allow(unsafe_code)]
+        let pid = unsafe {
+            fork::fork(|child| {
+                child.close_inherited(write.as_fd());
+                watch(child, &plan);
+                Ok(())
+            })
+        }
         .map_err(|e| Error::sys("fork the watchdog", e))?;
         Ok(Watchdog {
             pid: pid.as_raw_nonzero().get(),

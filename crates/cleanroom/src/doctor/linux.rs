@@ -71,17 +71,17 @@ pub(super) fn probe(namespace: &Path) -> Findings {
     let landlock = probe_landlock();
     let user_namespaces = Check::from_probe(
         "unshare(CLONE_NEWUSER) in a child",
-        linux::probe_in_child(linux::probe_userns),
+        linux::probe_in_child(linux::Probe::UserNs),
     );
     let network_namespace = Check::from_probe(
         "new network namespace with lo up, in a child",
-        linux::probe_in_child(linux::probe_netns),
+        linux::probe_in_child(linux::Probe::NetNs),
     );
     let cgroup = probe_cgroup();
     let pidfd = Check::from_probe("pidfd_open(self)", linux::probe_pidfd());
     let subreaper = Check::from_probe(
         "prctl(PR_SET_CHILD_SUBREAPER) in a child",
-        linux::probe_in_child(linux::probe_subreaper),
+        linux::probe_in_child(linux::Probe::Subreaper),
     );
 
     let containment = if cgroup.can_create {
@@ -145,7 +145,10 @@ pub(super) fn probe(namespace: &Path) -> Findings {
         }
     };
 
-    let dev_shm = match linux::probe_in_child(|| linux::child::probe_namespaces(true, false)) {
+    let dev_shm = match linux::probe_in_child(linux::Probe::Namespaces {
+        mount: true,
+        net: false,
+    }) {
         Ok(()) => Decision {
             choice: "private".into(),
             reason: "a fresh tmpfs in a private mount namespace per run, and a private IPC \

@@ -355,11 +355,12 @@ fn probe_root(ns: &Namespace) -> (Decision, Check) {
     let written = std::fs::write(&file, "probe");
     let file_locks = Check::from_probe(
         "LockFileEx (exclusive, fail-immediately) on a file of a probe root: held, and refused \
-         to a second handle",
+         to a second handle; an owner record's writer lock seen by a reader",
         written
             .as_ref()
             .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", file.display())))
-            .and_then(|()| lock_excludes(&file)),
+            .and_then(|()| lock_excludes(&file))
+            .and_then(|()| crate::lock::probe_record_lock(&file.with_extension("record"))),
     );
     let removal = root.close();
     let tmp = match (inside, written) {

@@ -127,6 +127,8 @@ pub use env::{
 };
 use listing::owner_record;
 pub use listing::{list, list_in, LockInfo, OwnerRecord, RECORD_FORMAT, RECORD_VERSION};
+#[cfg(windows)]
+pub(crate) use os::probe_record_lock;
 pub use os::sweep;
 use os::LockDir;
 pub use token::Capabilities;

@@ -55,6 +55,31 @@ pub(super) fn record_held_open(file: &File) -> bool {
     )
 }
 
+/// Tries, on a file it creates at `path`, the locks that say an owner record's writer is
+/// alive, as `cleanroom doctor` measures them: the writer's exclusive lock at
+/// [`RECORD_LOCK_OFFSET`] with one handle, seen held by a reader's shared probe through another.
+pub(crate) fn probe_record_lock(path: &Path) -> std::io::Result<()> {
+    let open = || {
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .open(path)
+    };
+    let writer = open()?;
+    if !win::try_lock_range(writer.as_handle(), RECORD_LOCK_OFFSET, 1, true)? {
+        return Err(std::io::Error::other(
+            "the writer's lock was refused on a fresh file",
+        ));
+    }
+    if !record_held_open(&open()?) {
+        return Err(std::io::Error::other(
+            "a reader did not see the writer's lock: a live holder would look dead",
+        ));
+    }
+    win::unlock_range(writer.as_handle(), RECORD_LOCK_OFFSET, 1)
+}
+
 /// `cleanroom gc` does not sweep `locks\` on Windows.
 pub fn sweep(_ns: &Namespace, _dry_run: bool) -> Result<Sweep> {
     Err(Error::Unsupported {
@@ -270,15 +295,21 @@ fn rename_over(from: &Path, to: &Path) -> std::io::Result<()> {
     let deadline = Instant::now() + RENAME_RETRY;
     loop {
         match std::fs::rename(from, to) {
-            Err(e)
-                if e.kind() == std::io::ErrorKind::PermissionDenied
-                    && Instant::now() < deadline =>
-            {
+            Err(e) if refused_while_open(&e) && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(10))
             }
             result => return result,
         }
     }
+}
+
+/// Whether Windows refused a rename because another handle has a file open: access denied,
+/// or a sharing violation (an antivirus, indexer or backup reading it; std maps that error to
+/// no kind of its own).
+fn refused_while_open(e: &std::io::Error) -> bool {
+    use windows_sys::Win32::Foundation::ERROR_SHARING_VIOLATION;
+    e.kind() == std::io::ErrorKind::PermissionDenied
+        || e.raw_os_error() == Some(ERROR_SHARING_VIOLATION as i32)
 }
 
 /// How long [`rename_over`] retries (a reader holds a record open for a moment only).

@@ -308,9 +308,12 @@ impl Sandbox {
     pub fn configure(&self, command: &mut Command) {
         if !self.plan.is_empty() {
             let plan = self.plan.clone();
-            // The steps make only raw, async-signal-safe system calls on data prepared before
-            // the fork (see `linux::child`): a child program.
-            crate::sys::linux::exec::run_on_exec(command, move |child| plan.apply(child));
+            // SAFETY: the steps make only raw, async-signal-safe system calls on data prepared
+            // before the fork (see `linux::child`): a child program.
+            #[allow(unsafe_code)]
+            unsafe {
+                crate::sys::linux::exec::run_on_exec(command, move |child| plan.apply(child))
+            };
         }
     }
 
@@ -324,9 +327,10 @@ impl Sandbox {
             return None;
         }
         let plan = self.plan.clone();
-        Some(crate::sys::linux::exec::hook(move |child| {
-            plan.apply(child)
-        }))
+        // SAFETY: as in `configure`: the steps are async-signal-safe (a child program).
+        #[allow(unsafe_code)]
+        let hook = unsafe { crate::sys::linux::exec::hook(move |child| plan.apply(child)) };
+        Some(hook)
     }
 
     /// This sandbox with its namespaces and mounts set up once, now, and held by the returned
@@ -541,8 +545,13 @@ impl Sandbox {
         let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
         let (read, write) = rustix::pipe::pipe_with(flags)
             .map_err(|e| Error::sys("make the set-up report pipe", e))?;
-        // One spawn at a time: nothing was lent before.
-        drop(plan.report.lend(write));
+        // One spawn at a time: a report still armed (its `SetupReport` alive) keeps its pipe.
+        if plan.report.lend(write).is_err() {
+            return Err(Error::sys(
+                "arm the set-up report",
+                io::Error::other("the report of an earlier spawn is still armed"),
+            ));
+        }
         Ok(Some(SetupReport {
             read,
             plan: Arc::clone(plan),
@@ -1258,7 +1267,7 @@ fn namespaces_available(mount: bool, net: bool) -> std::result::Result<(), Strin
             // Root needs no user namespace: asking the kernel in this process is enough.
             return linux::may_mount_here();
         }
-        linux::probe_in_child(|| linux::child::probe_namespaces(mount, net))
+        linux::probe_in_child(linux::Probe::Namespaces { mount, net })
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
     });
     probe.map_err(|errno| {

@@ -614,8 +614,11 @@ pub(crate) fn probe(scratch: &Path) -> std::result::Result<(), String> {
     create_backing(&plan).map_err(|e| e.to_string())?;
     let data = std::ffi::CString::new(overlay_options(&plan, &scratch.join("work")))
         .map_err(|_| format!("{} contains a NUL byte", scratch.display()))?;
-    super::linux::probe_in_child(|| super::linux::child::probe_overlay(c"/tmp", &data))
-        .map_err(|e| format!("the kernel refused an overlay of /tmp: {e}"))
+    super::linux::probe_in_child(super::linux::Probe::Overlay {
+        target: c"/tmp",
+        data: &data,
+    })
+    .map_err(|e| format!("the kernel refused an overlay of /tmp: {e}"))
 }
 
 /// What the command left in each private directory of `status`: the entries of its backing

@@ -88,12 +88,16 @@ impl Foreground {
                 }
             };
         let runner = rustix::process::getpid();
-        // The child runs `relay`, which makes only async-signal-safe calls on stack data (the
-        // contract of `fork`).
-        match fork::fork(|child| {
-            relay(child, write.as_fd(), group, runner);
-            Ok(())
-        }) {
+        // SAFETY: the child runs `relay`, which makes only async-signal-safe calls on stack
+        // data (the contract of `fork`).
+        #[allow(unsafe_code)]
+        let relay = unsafe {
+            fork::fork(|child| {
+                relay(child, write.as_fd(), group, runner);
+                Ok(())
+            })
+        };
+        match relay {
             Err(e) => {
                 tracing::warn!("no relay of Ctrl-C from the terminal: fork: {e}");
                 None

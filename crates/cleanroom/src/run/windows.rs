@@ -74,6 +74,7 @@ pub(super) fn execute(
         .env_clear()
         .envs(&child_env.vars);
     let mut outcome = Outcome::default();
+    let mut survived = false;
     // Without the handler (no console), Ctrl-C cannot reach the runner anyway.
     let _ = win::set_console_ctrl_handler(on_console_event, true);
     match job.spawn(&mut command, 0) {
@@ -83,7 +84,11 @@ pub(super) fn execute(
             let (leaked, emptied) = job.terminate();
             outcome.leaked(leaked, exited_at.elapsed().as_millis() as u64);
             if let Err(e) = emptied {
+                // As on Linux after the KILL loop's bound: the survivors fail the run (125) and
+                // its root is left for gc, never removed under them.
                 events(Event::Warning(&format!("the run's job did not empty: {e}")));
+                outcome.survivors = job.members();
+                survived = !outcome.survivors.is_empty() || job.active() != 0;
             }
         }
         Err(e) => {
@@ -98,7 +103,7 @@ pub(super) fn execute(
     drop((job, held_locks));
     let exit = outcome.exit_info(config.on_leak, None);
     let root_path = root.path().to_path_buf();
-    let (cleanup, kept_root) = finish_root(root, config, exit.status, false, events);
+    let (cleanup, kept_root) = finish_root(root, config, exit.status, survived, events);
     Ok(Ran {
         root: root_path,
         exit,

@@ -15,6 +15,7 @@ pub(crate) mod report;
 pub(crate) mod shared;
 pub(crate) mod sock_diag;
 
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -139,17 +140,53 @@ impl Rights {
     }
 }
 
-/// Runs `body` in a forked child and returns its result: `Ok` when it returned 0, else the errno
-/// it returned. The child exits with `_exit` and never returns into Rust code; the parent reaps
-/// exactly that pid.
-///
-/// `body` must be async-signal-safe (the parent may be multi-threaded): it is a child program
-/// (the contract of `sys::linux::fork::fork`), one of this module's probe bodies.
-pub(crate) fn probe_in_child(body: impl Fn() -> i32) -> io::Result<()> {
-    let pid = fork::fork(|_| match body() {
-        0 => Ok(()),
-        errno => Err(io::Error::from_raw_os_error(errno)),
-    })?;
+/// What a probe child tries: the closed set of this module's probe bodies, each a child
+/// program (raw, async-signal-safe system calls on data prepared before the fork).
+pub(crate) enum Probe<'a> {
+    /// The network isolation `run --net none` would set up.
+    NetNs,
+    /// An unprivileged-style user namespace.
+    UserNs,
+    /// Becoming a child subreaper.
+    Subreaper,
+    /// A private mount namespace and/or network namespace ([`child::probe_namespaces`]).
+    Namespaces { mount: bool, net: bool },
+    /// An overlay of `target` with the options `data` ([`child::probe_overlay`]).
+    Overlay { target: &'a CStr, data: &'a CStr },
+    /// Copies of the host's trees in a joined namespace ([`child::probe_host_copy`]).
+    HostCopy(&'a child::JoinPlan),
+}
+
+impl Probe<'_> {
+    /// Runs the probe's body in the calling (child) process: 0 or an errno.
+    fn body(&self) -> i32 {
+        match self {
+            Probe::NetNs => child::probe_namespaces(false, true),
+            Probe::UserNs => errno_of(process::unshare(libc::CLONE_NEWUSER)),
+            Probe::Subreaper => {
+                let me = rustix::process::getpid();
+                errno_of(rustix::process::set_child_subreaper(Some(me)).map_err(io::Error::from))
+            }
+            Probe::Namespaces { mount, net } => child::probe_namespaces(*mount, *net),
+            Probe::Overlay { target, data } => child::probe_overlay(target, data),
+            Probe::HostCopy(plan) => child::probe_host_copy(plan),
+        }
+    }
+}
+
+/// Runs `probe` in a forked child and returns its result: `Ok` when its body returned 0, else
+/// the errno it returned. The child exits with `_exit` and never returns into Rust code; the
+/// parent reaps exactly that pid.
+pub(crate) fn probe_in_child(probe: Probe<'_>) -> io::Result<()> {
+    // SAFETY: every probe body is a child program (raw, async-signal-safe system calls on data
+    // prepared before the fork), the contract of `fork`.
+    #[allow(unsafe_code)]
+    let pid = unsafe {
+        fork::fork(|_| match probe.body() {
+            0 => Ok(()),
+            errno => Err(io::Error::from_raw_os_error(errno)),
+        })
+    }?;
     let status = loop {
         match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
             Ok(Some((_, status))) => break status,
@@ -177,22 +214,6 @@ pub(crate) fn may_mount_here() -> std::result::Result<(), i32> {
         Ok(()) | Err(Errno::INVAL) => Ok(()),
         Err(errno) => Err(errno.raw_os_error()),
     }
-}
-
-/// Probe body: the network isolation `run --net none` would set up. Returns 0 or an errno.
-pub(crate) fn probe_netns() -> i32 {
-    child::probe_namespaces(false, true)
-}
-
-/// Probe body: an unprivileged-style user namespace. Returns 0 or an errno.
-pub(crate) fn probe_userns() -> i32 {
-    errno_of(process::unshare(libc::CLONE_NEWUSER))
-}
-
-/// Probe body: becoming a child subreaper. Returns 0 or an errno.
-pub(crate) fn probe_subreaper() -> i32 {
-    let me = rustix::process::getpid();
-    errno_of(rustix::process::set_child_subreaper(Some(me)).map_err(io::Error::from))
 }
 
 pub(crate) fn errno_of(result: io::Result<()>) -> i32 {

@@ -61,12 +61,15 @@ pub(crate) fn establish(plan: &ChildPlan) -> io::Result<Established> {
         release: release_read.as_fd(),
         release_write: release_write.as_fd(),
     };
-    // The child runs only `hold`: raw system calls on the plan, the pipes and the socket (the
-    // contract of `fork`).
-    let pid = fork::fork(|child| {
-        hold(child, plan, &ends);
-        Ok(())
-    })?;
+    // SAFETY: the child runs only `hold`: raw system calls on the plan, the pipes and the
+    // socket, prepared before the fork (the contract of `fork`).
+    #[allow(unsafe_code)]
+    let pid = unsafe {
+        fork::fork(|child| {
+            hold(child, plan, &ends);
+            Ok(())
+        })
+    }?;
     drop((ready_write, release_read, trees_write));
     let joined = report::read(&ready_read).and_then(|report| {
         match report.end {
@@ -87,7 +90,7 @@ pub(crate) fn establish(plan: &ChildPlan) -> io::Result<Established> {
     let (plan, outcomes) = joined?;
     let no_host_copies = match plan.host_trees.is_empty() {
         true => None,
-        false => super::probe_in_child(|| child::probe_host_copy(&plan)).err(),
+        false => super::probe_in_child(super::Probe::HostCopy(&plan)).err(),
     };
     Ok(Established {
         plan,

@@ -77,12 +77,20 @@ impl LentFd {
         LentFd(AtomicI32::new(-1))
     }
 
-    /// Lends `fd` to the children started from now on; returns what was lent before.
-    pub(crate) fn lend(&self, fd: OwnedFd) -> Option<OwnedFd> {
-        let previous = self.0.swap(fd.into_raw_fd(), Ordering::Relaxed);
-        // SAFETY: a number in the cell was stored by `lend` from an `OwnedFd` whose ownership
-        // the cell took; swapping it out hands that ownership back, once.
-        (previous >= 0).then(|| unsafe { OwnedFd::from_raw_fd(previous) })
+    /// Lends `fd` to the children started from now on; while another descriptor is lent (a
+    /// spawn whose lending has not ended), nothing changes and `fd` comes back as the error:
+    /// that spawn's children keep finding their own.
+    pub(crate) fn lend(&self, fd: OwnedFd) -> Result<(), OwnedFd> {
+        let raw = fd.into_raw_fd();
+        match self
+            .0
+            .compare_exchange(-1, raw, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => Ok(()),
+            // SAFETY: `raw` came from `fd` just above and was not stored: its ownership is
+            // handed back, once.
+            Err(_) => Err(unsafe { OwnedFd::from_raw_fd(raw) }),
+        }
     }
 
     /// Ends the lending: the descriptor, to be closed by its owner again.

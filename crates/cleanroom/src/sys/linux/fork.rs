@@ -76,21 +76,37 @@ fn close_range(first: libc::c_uint, last: libc::c_uint) {
 /// errno (clamped to 0–255; `EIO` when it has none). Returns the child's pid; the caller reaps
 /// it.
 ///
+/// A panic in the child unwinds no further than here: the child exits with 127 instead of
+/// returning into the caller's code as a second copy of the parent.
+///
+/// # Safety
 /// `program` runs in the child of a possibly multi-threaded process: it must be
 /// async-signal-safe (system calls only, through rustix or `sys::linux`, on data prepared
-/// before the fork or on its stack; no allocation, lock, panic or standard I/O).
-pub(crate) fn fork(program: impl FnOnce(&InChild) -> io::Result<()>) -> io::Result<Pid> {
+/// before the fork or on its stack; no allocation, lock or standard I/O).
+pub(crate) unsafe fn fork(program: impl FnOnce(&InChild) -> io::Result<()>) -> io::Result<Pid> {
     // SAFETY: the child runs only `program` (async-signal-safe by this function's contract)
-    // and leaves by `_exit`, never returning into the caller's code.
+    // and leaves by `_exit`, never returning into the caller's code (`ExitOnUnwind`).
     let pid = unsafe { libc::fork() };
     if pid == 0 {
+        let guard = ExitOnUnwind;
         let code = match program(&InChild::new()) {
             Ok(()) => 0,
             Err(e) => e.raw_os_error().unwrap_or(libc::EIO).clamp(0, 255),
         };
+        std::mem::forget(guard);
         exit_now(code);
     }
     Pid::from_raw(pid).ok_or_else(last_error)
+}
+
+/// Ends a forked child with 127 if its program unwinds (its drop runs only then: a program
+/// that returns forgets it).
+struct ExitOnUnwind;
+
+impl Drop for ExitOnUnwind {
+    fn drop(&mut self) {
+        exit_now(127);
+    }
 }
 
 /// Ends the calling process at once with `code` (`_exit`): no destructor, no atexit handler, no

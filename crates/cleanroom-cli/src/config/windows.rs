@@ -1,6 +1,6 @@
 //! The trust rule for a discovered config file on Windows, as far as it goes today: none is
 //! used. Linux judges who could have written the file and every directory above it (uid and
-//! mode, `trust.rs`); Windows would judge owners and ACLs, which is not built yet, and a
+//! mode, `unix.rs`); Windows would judge owners and ACLs, which is not built yet, and a
 //! discovered file could be one another user planted (any user may make a folder at a drive's
 //! root, such as `C:\.config`). So a discovered `cleanroom.toml` is named in a warning and
 //! skipped; `--config FILE` uses it (the user chose it), `--no-config` silences the search.
