@@ -70,7 +70,8 @@ impl Group {
     }
 
     /// Whether the leader has exited. It is left unreaped (a zombie), so the group id stays the
-    /// run's; an error (it cannot be asked) counts as exited, so that no wait hangs on it.
+    /// run's; an error (it cannot be asked) counts as exited, so that no wait hangs on it (and
+    /// [`Group::finish`] KILLs the group before it reaps the leader).
     pub fn leader_exited(&self) -> bool {
         let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
         !matches!(
@@ -79,9 +80,18 @@ impl Group {
         )
     }
 
-    /// The pids currently in the group (the unreaped leader and other zombies included).
+    /// The pids currently in the group (the unreaped leader and other zombies included). A
+    /// list without the leader, which stays in the group until it is reaped, is an error: the
+    /// kernel's answer cannot be trusted to say the group is empty.
     pub fn pids(&self) -> io::Result<Vec<i32>> {
-        crate::sys::macos::process_group_pids(self.pgid.as_raw_nonzero().get())
+        let pids = crate::sys::macos::process_group_pids(self.pgid.as_raw_nonzero().get())?;
+        if !pids.contains(&(self.leader() as i32)) {
+            return Err(io::Error::other(format!(
+                "the list of process group {} lacks its unreaped leader",
+                self.pgid.as_raw_nonzero()
+            )));
+        }
+        Ok(pids)
     }
 
     /// The group's processes but the leader, named (gone and zombie ones left out).
@@ -95,10 +105,15 @@ impl Group {
             .collect()
     }
 
-    /// How many processes but the leader are in the group.
+    /// How many processes but the leader are alive in the group (zombies left out, as
+    /// [`Group::others`] leaves them out: a zombie whose parent never reaps it is no process to
+    /// end; one that cannot be read counts).
     fn others_left(&self) -> io::Result<usize> {
         let leader = self.leader.id() as i32;
-        Ok(self.pids()?.into_iter().filter(|&p| p != leader).count())
+        let pids = self.pids()?.into_iter();
+        Ok(pids
+            .filter(|&p| p != leader && !crate::sys::macos::is_zombie(p))
+            .count())
     }
 
     /// Sends `signal` to the group (a group already empty is no error).
@@ -147,6 +162,11 @@ impl Group {
                 let emptied = self.wait_until_empty(EMPTY_WAIT);
                 ended = self.account(still, emptied);
             }
+        }
+        // The leader's wait blocks: should it not have exited after all (`leader_exited` takes
+        // an error for an exit), the whole group is KILLed first, so the wait cannot hang.
+        if !matches!(self.leader.try_wait(), Ok(Some(_))) {
+            let _ = self.signal(Signal::KILL);
         }
         let status = self.leader.wait().ok();
         Ended {

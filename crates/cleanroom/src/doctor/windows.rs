@@ -363,16 +363,24 @@ fn probe_root(ns: &Namespace) -> (Decision, Check) {
             .and_then(|()| crate::lock::probe_record_lock(&file.with_extension("record"))),
     );
     let removal = root.close();
+    // Said in every decision, not only when TEMP works: a probe root left behind is news.
+    let left = match removal.is_removed() {
+        true => String::new(),
+        false => format!(
+            "; the probe root is NOT fully removed: {} is left for `cleanroom gc`",
+            removal.path.display()
+        ),
+    };
     let tmp = match (inside, written) {
         (false, _) => decision(
             "none",
-            format!("TEMP and TMP of a run do not point into its root: {temp:?}"),
+            format!("TEMP and TMP of a run do not point into its root: {temp:?}{left}"),
         ),
         (true, Err(e)) => decision(
             "none",
             format!(
                 "the temp dir of a probe root cannot be written ({e}): runs cannot use their \
-                 TEMP"
+                 TEMP{left}"
             ),
         ),
         (true, Ok(())) => decision(

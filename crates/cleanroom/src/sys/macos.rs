@@ -212,13 +212,24 @@ pub fn proc_bsd_info(pid: u32) -> io::Result<libc::proc_bsdinfo> {
     }
 }
 
+/// Whether `pid` is a zombie (it has exited; only its parent's wait is missing); `false` when
+/// it cannot be read.
+pub fn is_zombie(pid: i32) -> bool {
+    u32::try_from(pid)
+        .ok()
+        .and_then(|pid| proc_bsd_info(pid).ok())
+        .is_some_and(|info| info.pbi_status == libc::SZOMB)
+}
+
 /// The pids in the process group `pgid` (zombies included), up to 4096 of them.
 pub fn process_group_pids(pgid: i32) -> io::Result<Vec<i32>> {
     let mut pids: Vec<libc::pid_t> = vec![0; 4096];
     let size = (pids.len() * std::mem::size_of::<libc::pid_t>()) as libc::c_int;
     // SAFETY: `pids` is writable for `size` bytes; the kernel writes at most that.
     let listed = unsafe { libc::proc_listpgrppids(pgid, pids.as_mut_ptr().cast(), size) };
-    if listed < 0 {
+    // libproc answers 0, not -1, when the kernel call fails; a group this process asks about
+    // always holds at least its unreaped leader, so 0 is a failure too.
+    if listed <= 0 {
         return Err(io::Error::last_os_error());
     }
     // libproc's wrapper answers a number of pids (proc_listpids' bytes divided by the size of
