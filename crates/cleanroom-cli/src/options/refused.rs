@@ -11,10 +11,10 @@ use cleanroom::run::RunBuilder;
 
 use super::{ContainArg, NetArg, ProtectArg, RunOptions};
 
-/// `--signal`'s word as given: it is refused here (see [`apply`]).
+/// `--signal`'s word as given: it is refused here (see [`refuse`]).
 pub type Signal = String;
 
-/// Keeps the word; [`apply`] refuses it with the option's name.
+/// Keeps the word; [`refuse`] refuses it with the option's name.
 pub fn parse_signal(text: &str) -> Result<Signal, String> {
     Ok(text.to_string())
 }
@@ -93,12 +93,8 @@ fn refuse_values(options: &RunOptions) -> anyhow::Result<()> {
         name,
         container,
         timeout,
-        tmp,
+        ..
     } = HERE;
-    let no_protection =
-        format!("{name} has no write protection backend yet (Landlock is Linux-only); use --protect off, or run on Linux");
-    let no_private_tmp = format!("{name} has no private /tmp ({tmp})");
-    let given = |list: &Option<Vec<_>>| list.as_ref().is_some_and(|l: &Vec<_>| !l.is_empty());
     if let Some(signal) = &options.signal {
         bail!("--signal {}: not available on {name}: {timeout}", signal.0);
     }
@@ -110,11 +106,28 @@ fn refuse_values(options: &RunOptions) -> anyhow::Result<()> {
         Some(ContainArg::Session) => bail!("--contain session: {whole_run}"),
         Some(ContainArg::Auto) | None => {}
     }
+    refuse_protection(options)?;
+    if let Some(NetArg::None) = options.net {
+        bail!("--net none: {name} has no network isolation backend yet; use --net host");
+    }
+    refuse_platform_only(options)
+}
+
+/// Refuses protection, and the private /tmp that comes with it on Linux. Under `--protect off`
+/// (from any layer) the protected and writable paths, `--require-protection` and the /tmp
+/// options have no effect on Linux either, so they are not refused: a Linux project's
+/// `protect-path` does not stop a run that turned protection off.
+fn refuse_protection(options: &RunOptions) -> anyhow::Result<()> {
+    let Here { name, tmp, .. } = HERE;
+    let no_protection =
+        format!("{name} has no write protection backend yet (Landlock is Linux-only); use --protect off, or run on Linux");
     match options.protect {
         Some(ProtectArg::Home) => bail!("--protect home: {no_protection}"),
         Some(ProtectArg::Strict) => bail!("--protect strict: {no_protection}"),
-        Some(ProtectArg::Off) | None => {}
+        Some(ProtectArg::Off) => return Ok(()),
+        None => {}
     }
+    let given = |list: &Option<Vec<_>>| list.as_ref().is_some_and(|l: &Vec<_>| !l.is_empty());
     if given(&options.protect_path) {
         bail!("--protect-path: {no_protection}");
     }
@@ -124,10 +137,7 @@ fn refuse_values(options: &RunOptions) -> anyhow::Result<()> {
     if options.require_protection {
         bail!("--require-protection: {no_protection}");
     }
-    if let Some(NetArg::None) = options.net {
-        bail!("--net none: {name} has no network isolation backend yet; use --net host");
-    }
-    refuse_platform_only(options)?;
+    let no_private_tmp = format!("{name} has no private /tmp ({tmp})");
     if given(&options.share_tmp) {
         bail!("--share-tmp: {no_private_tmp}");
     }

@@ -165,7 +165,9 @@ impl Group {
         }
         // The leader's wait blocks: should it not have exited after all (`leader_exited` takes
         // an error for an exit), the whole group is KILLed first, so the wait cannot hang.
-        if !matches!(self.leader.try_wait(), Ok(Some(_))) {
+        // Only a leader known to be unreaped and alive: an error (reaped elsewhere) means its
+        // group id may be another's by now.
+        if matches!(self.leader.try_wait(), Ok(None)) {
             let _ = self.signal(Signal::KILL);
         }
         let status = self.leader.wait().ok();

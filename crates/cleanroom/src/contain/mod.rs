@@ -106,7 +106,9 @@ impl std::fmt::Display for Mechanism {
 const EMPTY_WAIT: Duration = Duration::from_secs(10);
 
 /// Waits, bounded by `limit` ([`EMPTY_WAIT`] after a kill), until `left` (how many processes a
-/// signalled set still has) says none; else the error `stuck` words for the number left.
+/// signalled set still has) says none; else the error `stuck` words for the number left, or
+/// the last error of `left` (a count that cannot be read is no empty set: it is asked again
+/// until the deadline).
 #[cfg(not(target_os = "linux"))]
 fn wait_until_empty(
     limit: Duration,
@@ -115,10 +117,14 @@ fn wait_until_empty(
 ) -> io::Result<()> {
     let deadline = Instant::now() + limit;
     loop {
-        match left()? {
-            0 => return Ok(()),
-            n if Instant::now() >= deadline => return Err(io::Error::other(stuck(n))),
-            _ => std::thread::sleep(Duration::from_millis(5)),
+        let not_yet = match left() {
+            Ok(0) => return Ok(()),
+            Ok(n) => io::Error::other(stuck(n)),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            return Err(not_yet);
         }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -80,7 +80,7 @@ pub use super::scratch::{Isolation, PrivateDir, PrivateTmp, TmpMechanism, TmpSta
 use super::view::View;
 use super::{linux, Enforcement};
 use crate::error::{Error, Result};
-use crate::sys::linux::fd::{FdSlot, LentFd};
+use crate::sys::linux::fd::{FdSlot, Lending, LentFd};
 
 /// The network a sandboxed process sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -546,15 +546,16 @@ impl Sandbox {
         let (read, write) = rustix::pipe::pipe_with(flags)
             .map_err(|e| Error::sys("make the set-up report pipe", e))?;
         // One spawn at a time: a report still armed (its `SetupReport` alive) keeps its pipe.
-        if plan.report.lend(write).is_err() {
+        let Ok(lending) = plan.report.lend(write) else {
             return Err(Error::sys(
                 "arm the set-up report",
                 io::Error::other("the report of an earlier spawn is still armed"),
             ));
-        }
+        };
         Ok(Some(SetupReport {
             read,
             plan: Arc::clone(plan),
+            lending,
         }))
     }
 
@@ -1114,13 +1115,15 @@ fn identity_of(path: &Path) -> Option<Identity> {
 pub struct SetupReport {
     read: OwnedFd,
     plan: Arc<ChildPlan>,
+    /// This report's lending of its write end (ended once, by `read` or the drop).
+    lending: Lending,
 }
 
 impl SetupReport {
     /// What the child reported (read once the spawn returned: the child has executed the
     /// command or failed, so everything it had to say is in the pipe).
     fn read(self) -> Vec<(Outcome, usize)> {
-        drop(self.plan.report.withdraw());
+        drop(self.plan.report.withdraw(&self.lending));
         report::read(&self.read)
             .map(|r| r.outcomes)
             .unwrap_or_default()
@@ -1129,7 +1132,7 @@ impl SetupReport {
 
 impl Drop for SetupReport {
     fn drop(&mut self) {
-        drop(self.plan.report.withdraw());
+        drop(self.plan.report.withdraw(&self.lending));
     }
 }
 

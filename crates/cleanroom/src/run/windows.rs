@@ -101,7 +101,11 @@ pub(super) fn execute(
     }
     let _ = win::set_console_ctrl_handler(on_console_event, false);
     drop((job, held_locks));
-    let exit = outcome.exit_info(config.on_leak, None);
+    let mut exit = outcome.exit_info(config.on_leak, None);
+    if survived {
+        // Also when none of them could be named (the job's list or their details failed).
+        exit.status = i32::from(crate::exit::EXIT_OWN_FAILURE);
+    }
     let root_path = root.path().to_path_buf();
     let (cleanup, kept_root) = finish_root(root, config, exit.status, survived, events);
     Ok(Ran {

@@ -77,27 +77,32 @@ impl LentFd {
         LentFd(AtomicI32::new(-1))
     }
 
-    /// Lends `fd` to the children started from now on; while another descriptor is lent (a
-    /// spawn whose lending has not ended), nothing changes and `fd` comes back as the error:
-    /// that spawn's children keep finding their own.
-    pub(crate) fn lend(&self, fd: OwnedFd) -> Result<(), OwnedFd> {
+    /// Lends `fd` to the children started from now on, until [`LentFd::withdraw`] with the
+    /// returned [`Lending`]; while another descriptor is lent (a spawn whose lending has not
+    /// ended), nothing changes and `fd` comes back as the error: that spawn's children keep
+    /// finding their own.
+    pub(crate) fn lend(&self, fd: OwnedFd) -> Result<Lending, OwnedFd> {
         let raw = fd.into_raw_fd();
         match self
             .0
             .compare_exchange(-1, raw, Ordering::Relaxed, Ordering::Relaxed)
         {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(Lending(raw)),
             // SAFETY: `raw` came from `fd` just above and was not stored: its ownership is
             // handed back, once.
             Err(_) => Err(unsafe { OwnedFd::from_raw_fd(raw) }),
         }
     }
 
-    /// Ends the lending: the descriptor, to be closed by its owner again.
-    pub(crate) fn withdraw(&self) -> Option<OwnedFd> {
-        let fd = self.0.swap(-1, Ordering::Relaxed);
-        // SAFETY: as in `lend`.
-        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    /// Ends `lending`: its descriptor, to be closed by its owner again; `None` when it ended
+    /// already (a later lending is never taken for it).
+    pub(crate) fn withdraw(&self, lending: &Lending) -> Option<OwnedFd> {
+        self.0
+            .compare_exchange(lending.0, -1, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()
+            // SAFETY: a number in the cell was stored by `lend` from an `OwnedFd` whose
+            // ownership the cell took; exchanging it out hands that ownership back, once.
+            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     /// The lent descriptor, in a child started while it was lent. Async-signal-safe.
@@ -112,9 +117,16 @@ impl LentFd {
     }
 }
 
+/// One lending of a [`LentFd`]: what [`LentFd::withdraw`] ends.
+#[derive(Debug)]
+pub(crate) struct Lending(RawFd);
+
 impl Drop for LentFd {
     fn drop(&mut self) {
-        drop(self.withdraw());
+        let fd = *self.0.get_mut();
+        // SAFETY: as in `withdraw`: a number left in the cell is owned by it, and the cell
+        // goes with this drop.
+        (fd >= 0).then(|| drop(unsafe { OwnedFd::from_raw_fd(fd) }));
     }
 }
 

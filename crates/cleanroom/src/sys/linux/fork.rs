@@ -76,13 +76,14 @@ fn close_range(first: libc::c_uint, last: libc::c_uint) {
 /// errno (clamped to 0–255; `EIO` when it has none). Returns the child's pid; the caller reaps
 /// it.
 ///
-/// A panic in the child unwinds no further than here: the child exits with 127 instead of
-/// returning into the caller's code as a second copy of the parent.
+/// Should `program` panic nonetheless, the unwinding stops here: the child exits with 127
+/// instead of returning into the caller's code as a second copy of the parent (a backstop:
+/// the panic hook itself may deadlock on a lock another thread held at the fork).
 ///
 /// # Safety
 /// `program` runs in the child of a possibly multi-threaded process: it must be
 /// async-signal-safe (system calls only, through rustix or `sys::linux`, on data prepared
-/// before the fork or on its stack; no allocation, lock or standard I/O).
+/// before the fork or on its stack; no allocation, lock, panic or standard I/O).
 pub(crate) unsafe fn fork(program: impl FnOnce(&InChild) -> io::Result<()>) -> io::Result<Pid> {
     // SAFETY: the child runs only `program` (async-signal-safe by this function's contract)
     // and leaves by `_exit`, never returning into the caller's code (`ExitOnUnwind`).
@@ -95,6 +96,11 @@ pub(crate) unsafe fn fork(program: impl FnOnce(&InChild) -> io::Result<()>) -> i
         };
         std::mem::forget(guard);
         exit_now(code);
+    }
+    // -1 is a failed fork (EAGAIN at a process limit, ENOMEM): never a pid handed on, where a
+    // kill or wait of -1 would reach every process or child.
+    if pid < 0 {
+        return Err(last_error());
     }
     Pid::from_raw(pid).ok_or_else(last_error)
 }
