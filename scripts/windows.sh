@@ -151,7 +151,7 @@ grep -q -- "--keep-root=on-failure" "$TMPDIR/cli/err" || die "real CLI: the refu
 # file's value is refused naming the file, and a flag replaces the file's value.
 CLEANROOM_PROTECT=home expect 125 "CLEANROOM_PROTECT=home is refused" -- run cmd /c 'exit 0'
 grep -q -- "--protect home" "$TMPDIR/cli/err" || die "real CLI: the refusal of CLEANROOM_PROTECT=home does not name it"
-printf '[run]\nprotect = "home"\nlock-scope = "machine"\n' >"$project/linux.toml"
+printf '[run]\nprotect = "home"\nprotect-path = ["C:\\\\x"]\nlock-scope = "machine"\n' >"$project/linux.toml"
 expect 125 "a config file's protect = home is refused" -- run --config linux.toml cmd /c 'exit 0'
 grep -q -- "linux.toml: --protect home" "$TMPDIR/cli/err" || die "real CLI: the refusal of the file's protect does not name the file"
 expect 0 "flags replace the config file's refused values" -- run --config linux.toml --protect off --lock-scope user cmd /c 'exit 0'

@@ -101,10 +101,7 @@ impl TryFrom<RecordWire> for OwnerRecord {
 
 impl From<OwnerRecord> for RecordWire {
     fn from(record: OwnerRecord) -> RecordWire {
-        let (euid, owner_sid) = match record.user {
-            User::Uid(uid) => (Some(uid), None),
-            User::Sid(sid) => (None, Some(sid)),
-        };
+        let (euid, owner_sid) = record.user.into_fields();
         RecordWire {
             format: record.format,
             version: record.version,

@@ -131,10 +131,7 @@ impl TryFrom<MarkerWire> for Marker {
 
 impl From<Marker> for MarkerWire {
     fn from(marker: Marker) -> MarkerWire {
-        let (euid, owner_sid) = match marker.user {
-            User::Uid(uid) => (Some(uid), None),
-            User::Sid(sid) => (None, Some(sid)),
-        };
+        let (euid, owner_sid) = marker.user.into_fields();
         MarkerWire {
             format: marker.format,
             version: marker.version,

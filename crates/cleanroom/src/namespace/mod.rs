@@ -58,6 +58,14 @@ impl User {
             (Some(_), Some(_)) => Err(format!("it names two {whom}s (`euid` and `owner_sid`)")),
         }
     }
+
+    /// The two exclusive fields a record writes for this user (see [`User::from_fields`]).
+    pub(crate) fn into_fields(self) -> (Option<u32>, Option<String>) {
+        match self {
+            User::Uid(uid) => (Some(uid), None),
+            User::Sid(sid) => (None, Some(sid)),
+        }
+    }
 }
 
 impl std::fmt::Display for User {

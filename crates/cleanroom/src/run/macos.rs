@@ -27,14 +27,14 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use super::{
-    create_root, env_info, finish_root, pass_locks, spawn_status, take_locks, Event, Outcome, Ran,
-    RunConfig,
+    create_root, env_info, finish_outside_the_ladder, pass_locks, spawn_status, take_locks, Event,
+    Outcome, Ran, RunConfig,
 };
 use crate::contain::{Group, Killed};
 use crate::env;
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
-use crate::report::{ContainmentInfo, Ending};
+use crate::report::Ending;
 use crate::sys::macos::{CountedSignals, Terminal};
 
 /// Signals to the runner that end the run (forwarded to the command's group first).
@@ -86,20 +86,10 @@ pub(super) fn execute(
     drop((command, held_locks));
     let exit = outcome.exit_info(config.on_leak, Some(libc::SIGTERM));
     let survived = !outcome.survivors.is_empty();
-    let root_path = root.path().to_path_buf();
-    let (cleanup, kept_root) = finish_root(root, config, exit.status, survived, events);
+    let env = env_info(child_env, homes);
+    let ran = finish_outside_the_ladder(root, config, exit, outcome, survived, env, events);
     drop(signals);
-    Ok(Ran {
-        root: root_path,
-        exit,
-        outcome,
-        containment: ContainmentInfo::outside_the_ladder(),
-        protection: None,
-        tmp: Vec::new(),
-        cleanup,
-        kept_root,
-        env: env_info(child_env, homes),
-    })
+    Ok(ran)
 }
 
 /// Waits for the group's leader while honouring the deadline and the runner's signals; then

@@ -338,6 +338,34 @@ fn spawn_status(e: &std::io::Error) -> u8 {
     }
 }
 
+/// The end of a run outside Linux's ladder (Windows, macOS), once its processes are gone: the
+/// root kept, left or removed ([`finish_root`]), and what the report says of a containment with
+/// no mechanism of the ladder, no protection and no private /tmp.
+#[cfg(not(target_os = "linux"))]
+fn finish_outside_the_ladder(
+    root: Root,
+    config: &RunConfig,
+    exit: ExitInfo,
+    outcome: Outcome,
+    survived: bool,
+    env: EnvInfo,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Ran {
+    let root_path = root.path().to_path_buf();
+    let (cleanup, kept_root) = finish_root(root, config, exit.status, survived, events);
+    Ran {
+        root: root_path,
+        exit,
+        outcome,
+        containment: ContainmentInfo::outside_the_ladder(),
+        protection: None,
+        tmp: Vec::new(),
+        cleanup,
+        kept_root,
+        env,
+    }
+}
+
 /// The end of the root once its run is over: kept (always, or on failure with why recorded in
 /// its marker), left for gc (processes of the run survived), or removed. Returns the removal,
 /// when one was made, and whether the root was kept.

@@ -21,14 +21,14 @@ use windows_sys::Win32::Foundation::ERROR_BAD_EXE_FORMAT;
 use windows_sys::Win32::System::Console::{CTRL_BREAK_EVENT, CTRL_C_EVENT};
 
 use super::{
-    create_root, env_info, finish_root, pass_locks, spawn_status, take_locks, Event, Outcome, Ran,
-    RunConfig,
+    create_root, env_info, finish_outside_the_ladder, pass_locks, spawn_status, take_locks, Event,
+    Outcome, Ran, RunConfig,
 };
 use crate::contain::Job;
 use crate::env;
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
-use crate::report::{ContainmentInfo, Ending};
+use crate::report::Ending;
 use crate::sys::windows as win;
 
 /// Console control events seen by the runner.
@@ -106,19 +106,10 @@ pub(super) fn execute(
         // Also when none of them could be named (the job's list or their details failed).
         exit.status = i32::from(crate::exit::EXIT_OWN_FAILURE);
     }
-    let root_path = root.path().to_path_buf();
-    let (cleanup, kept_root) = finish_root(root, config, exit.status, survived, events);
-    Ok(Ran {
-        root: root_path,
-        exit,
-        outcome,
-        containment: ContainmentInfo::outside_the_ladder(),
-        protection: None,
-        tmp: Vec::new(),
-        cleanup,
-        kept_root,
-        env: env_info(child_env, homes),
-    })
+    let env = env_info(child_env, homes);
+    Ok(finish_outside_the_ladder(
+        root, config, exit, outcome, survived, env, events,
+    ))
 }
 
 /// Waits for the main process, the deadline or an interrupt, and records how it ended and the
