@@ -512,6 +512,19 @@ impl Published {
             Published::Record => listing::MAX_RECORD_BYTES,
         }
     }
+
+    /// The text of `file`, a file of this kind the platform judged ours: at most
+    /// [`Published::max_bytes`] of it, with the file kept open (a record's writer is probed
+    /// through it); `None` when it cannot be read as text.
+    fn read(self, mut file: File) -> Option<(File, String)> {
+        use std::io::Read;
+        let mut text = String::new();
+        (&mut file)
+            .take(self.max_bytes())
+            .read_to_string(&mut text)
+            .ok()?;
+        Some((file, text))
+    }
 }
 
 /// Token files are one short line (`sha256:` and 64 hex digits, or an older bare token).

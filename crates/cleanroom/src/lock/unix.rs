@@ -14,7 +14,7 @@
 mod sweep;
 
 use std::fs::{File, TryLockError};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -270,13 +270,7 @@ impl LockDir {
         if !ours {
             return None;
         }
-        let mut file = File::from(fd);
-        let mut text = String::new();
-        (&mut file)
-            .take(what.max_bytes())
-            .read_to_string(&mut text)
-            .ok()?;
-        Some((file, text))
+        what.read(File::from(fd))
     }
 
     /// The names of the entries of this directory that are valid UTF-8 (no other can be a file

@@ -18,7 +18,7 @@
 //! `cleanroom gc`; both are refused with [`Error::Unsupported`].
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::windows::fs::{MetadataExt, OpenOptionsExt};
 use std::os::windows::io::AsHandle;
 use std::path::{Path, PathBuf};
@@ -210,7 +210,7 @@ impl LockDir {
         if *owner != self.user() {
             return None;
         }
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .custom_flags(FILE_FLAG_OPEN_REPARSE_POINT)
             .open(self.path.join(file_name))
@@ -218,12 +218,7 @@ impl LockDir {
         if !regular(&file) || file.metadata().ok()?.len() > what.max_bytes() {
             return None;
         }
-        let mut text = String::new();
-        (&mut file)
-            .take(what.max_bytes())
-            .read_to_string(&mut text)
-            .ok()?;
-        Some((file, text))
+        what.read(file)
     }
 
     /// The names of the entries of this directory that are valid Unicode.
