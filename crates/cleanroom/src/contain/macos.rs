@@ -42,6 +42,8 @@ pub struct Ended {
     pub killed: Vec<ProcessInfo>,
     /// What was still in the group when the KILL loop gave up.
     pub survivors: Vec<ProcessInfo>,
+    /// The KILL loop gave up, but nothing still in the group could be named.
+    pub unnamed_survivors: bool,
 }
 
 /// What a KILL of the whole group achieved.
@@ -51,6 +53,9 @@ pub struct Killed {
     pub killed: Vec<ProcessInfo>,
     /// Those still in the group when the wait for it to empty gave up.
     pub survivors: Vec<ProcessInfo>,
+    /// The wait gave up (the group could not be listed, or did not empty), but none of those
+    /// still in it could be named.
+    pub unnamed_survivors: bool,
 }
 
 impl Group {
@@ -176,6 +181,7 @@ impl Group {
             leaked,
             killed: ended.killed,
             survivors: ended.survivors,
+            unnamed_survivors: ended.unnamed_survivors,
         }
     }
 
@@ -194,7 +200,7 @@ impl Group {
         if emptied.is_ok() {
             return Killed {
                 killed: signalled,
-                survivors: Vec::new(),
+                ..Killed::default()
             };
         }
         let survivors = self.others();
@@ -202,6 +208,10 @@ impl Group {
             .into_iter()
             .filter(|p| !survivors.iter().any(|s| s.id == p.id))
             .collect();
-        Killed { killed, survivors }
+        Killed {
+            killed,
+            unnamed_survivors: survivors.is_empty(),
+            survivors,
+        }
     }
 }

@@ -117,13 +117,12 @@ fn wait_until_empty(
 ) -> io::Result<()> {
     let deadline = Instant::now() + limit;
     loop {
-        let not_yet = match left() {
-            Ok(0) => return Ok(()),
-            Ok(n) => io::Error::other(stuck(n)),
-            Err(e) => e,
-        };
+        let count = left();
+        if matches!(count, Ok(0)) {
+            return Ok(());
+        }
         if Instant::now() >= deadline {
-            return Err(not_yet);
+            return Err(count.map_or_else(|e| e, |n| io::Error::other(stuck(n))));
         }
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -87,15 +87,6 @@ pub(super) fn start_time(pid: u32) -> io::Result<u64> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))
 }
 
-/// Whether this process has exactly one thread (field 20 of `/proc/self/stat`); false when
-/// that cannot be read.
-pub fn single_threaded() -> bool {
-    stat_fields(std::process::id())
-        .ok()
-        .and_then(|fields| fields.get(17).map(|n| n == "1"))
-        .unwrap_or(false)
-}
-
 /// The fields of `/proc/<pid>/stat` after the command name (which may hold spaces and
 /// parentheses): index 0 is field 3 (state), index 3 field 6 (the kernel session).
 pub fn stat_fields(pid: u32) -> io::Result<Vec<String>> {

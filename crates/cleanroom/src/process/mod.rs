@@ -30,8 +30,7 @@ use serde::{Deserialize, Serialize};
 #[cfg(target_os = "linux")]
 pub use os::{
     all_pids, children, command_line, descendants, describe, environ, environ_has, is_alive,
-    read_kernel_file, read_kernel_text, real_uid, single_threaded, stat_fields, still_alive,
-    with_env_entry,
+    read_kernel_file, read_kernel_text, real_uid, stat_fields, still_alive, with_env_entry,
 };
 
 /// A process named so that pid reuse cannot confuse it with another.

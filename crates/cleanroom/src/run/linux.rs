@@ -206,7 +206,7 @@ pub(super) fn execute(
     // needed (the Landlock ruleset, the terminal), the locks and the namespace's handle are
     // given back before the removal needs its own.
     // Survivors: the kill loop gave up; the cgroup and the root stay for gc to retry.
-    let survived = !outcome.survivors.is_empty();
+    let survived = outcome.survived();
     let tmp = if survived {
         Vec::new()
     } else {

@@ -85,9 +85,8 @@ pub(super) fn execute(
     }
     drop((command, held_locks));
     let exit = outcome.exit_info(config.on_leak, Some(libc::SIGTERM));
-    let survived = !outcome.survivors.is_empty();
     let env = env_info(child_env, homes);
-    let ran = finish_outside_the_ladder(root, config, exit, outcome, survived, env, events);
+    let ran = finish_outside_the_ladder(root, config, exit, outcome, env, events);
     drop(signals);
     Ok(ran)
 }
@@ -133,9 +132,11 @@ fn supervise(config: &RunConfig, group: Group, signals: &CountedSignals, outcome
             let Killed {
                 killed: dead,
                 survivors,
+                unnamed_survivors,
             } = group.kill_until_empty();
             outcome.killed.extend(dead);
             outcome.survivors.extend(survivors);
+            outcome.unnamed_survivors |= unnamed_survivors;
             killed = true;
             continue;
         }
@@ -146,6 +147,7 @@ fn supervise(config: &RunConfig, group: Group, signals: &CountedSignals, outcome
     outcome.leaked(ended.leaked, exited_at.elapsed().as_millis() as u64);
     outcome.killed.extend(ended.killed);
     outcome.survivors.extend(ended.survivors);
+    outcome.unnamed_survivors |= ended.unnamed_survivors;
     if let Some(status) = ended.status {
         outcome.code = status.code();
         outcome.signal = status.signal();

@@ -278,6 +278,9 @@ struct Outcome {
     killed: Vec<ProcessInfo>,
     /// Alive after the KILL loop's bound: the run failed (125), its root is left for gc.
     survivors: Vec<ProcessInfo>,
+    /// Processes were still alive after that bound, but none of them could be named (the
+    /// platform's list or their details failed): the run failed all the same.
+    unnamed_survivors: bool,
     spawn_failure: Option<u8>,
     /// The run was SIGKILLed after its grace.
     escalated: bool,
@@ -305,7 +308,7 @@ impl Outcome {
         if status == 0 && !self.leaks.is_empty() && on_leak == LeakPolicy::Fail {
             status = i32::from(EXIT_LEAKED);
         }
-        if !self.survivors.is_empty() {
+        if self.survived() {
             status = i32::from(EXIT_OWN_FAILURE);
         }
         ExitInfo {
@@ -316,6 +319,11 @@ impl Outcome {
             interrupt_signal: self.interrupt_signal,
             timeout_signal: timeout_signal.filter(|_| ending == Ending::TimedOut),
         }
+    }
+
+    /// Whether processes of the run outlived the KILL loop's bound, named or not.
+    fn survived(&self) -> bool {
+        !self.survivors.is_empty() || self.unnamed_survivors
     }
 
     /// Records processes that outlived the command, found `found_after_ms` after its exit.
@@ -347,11 +355,11 @@ fn finish_outside_the_ladder(
     config: &RunConfig,
     exit: ExitInfo,
     outcome: Outcome,
-    survived: bool,
     env: EnvInfo,
     events: &mut dyn FnMut(Event<'_>),
 ) -> Ran {
     let root_path = root.path().to_path_buf();
+    let survived = outcome.survived();
     let (cleanup, kept_root) = finish_root(root, config, exit.status, survived, events);
     Ran {
         root: root_path,

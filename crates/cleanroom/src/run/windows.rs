@@ -74,7 +74,6 @@ pub(super) fn execute(
         .env_clear()
         .envs(&child_env.vars);
     let mut outcome = Outcome::default();
-    let mut survived = false;
     // Without the handler (no console), Ctrl-C cannot reach the runner anyway.
     let _ = win::set_console_ctrl_handler(on_console_event, true);
     match job.spawn(&mut command, 0) {
@@ -88,7 +87,7 @@ pub(super) fn execute(
                 // its root is left for gc, never removed under them.
                 events(Event::Warning(&format!("the run's job did not empty: {e}")));
                 outcome.survivors = job.members();
-                survived = !outcome.survivors.is_empty() || job.active() != 0;
+                outcome.unnamed_survivors = outcome.survivors.is_empty() && job.active() != 0;
             }
         }
         Err(e) => {
@@ -101,14 +100,10 @@ pub(super) fn execute(
     }
     let _ = win::set_console_ctrl_handler(on_console_event, false);
     drop((job, held_locks));
-    let mut exit = outcome.exit_info(config.on_leak, None);
-    if survived {
-        // Also when none of them could be named (the job's list or their details failed).
-        exit.status = i32::from(crate::exit::EXIT_OWN_FAILURE);
-    }
+    let exit = outcome.exit_info(config.on_leak, None);
     let env = env_info(child_env, homes);
     Ok(finish_outside_the_ladder(
-        root, config, exit, outcome, survived, env, events,
+        root, config, exit, outcome, env, events,
     ))
 }
 
