@@ -535,18 +535,14 @@ impl RootSpec {
 }
 
 /// The shared lock a live owner holds on its root (`flock(LOCK_SH)`, from before its marker
-/// exists until the root is gone), taken by this test process, for a root whose marker names
-/// this process ([`own_process`]): held while the returned descriptor is open. Without it, a
-/// marker naming a live process is a lie (the owner does not hold its root) and gc reclaims it.
-pub fn hold_as_owner(root: &Path) -> std::os::fd::OwnedFd {
-    let dir = rustix::fs::open(
-        root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .unwrap();
-    rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
-    dir
+/// exists until the root is gone), for a root whose marker names a live process such as
+/// [`own_process`]: held while the returned reaper lives. Without it, a marker naming a live
+/// process is a lie (the owner does not hold its root) and gc reclaims it. A holder process
+/// takes it, not this test process: a `flock` belongs to the open file description, which a
+/// fork by any other test thread shares until that child's exec, so a descriptor of ours would
+/// not free the lock the moment it is closed.
+pub fn hold_as_owner(root: &Path) -> Reaper {
+    hold_lock(root, None).0
 }
 
 /// Writes `text` to a new file with mode 0600.
