@@ -50,34 +50,27 @@ pub(super) struct MountTable {
 static LAST: Mutex<Option<(OwnedFd, Arc<MountTable>)>> = Mutex::new(None);
 
 impl MountTable {
-    /// The caller's mount table as it is now; `None` when `/proc/self/mountinfo` cannot be read
-    /// (nothing is added then).
-    pub fn read() -> Option<Arc<MountTable>> {
+    /// The caller's mount table as it is now (read again only when it changed).
+    pub fn read() -> std::io::Result<Arc<MountTable>> {
         let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((fd, table)) = last.as_ref() {
             if !changed(fd) {
-                return Some(Arc::clone(table));
+                return Ok(Arc::clone(table));
             }
         }
-        let read = || -> std::io::Result<(OwnedFd, String)> {
-            let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
-            let fd = rustix::fs::open("/proc/self/mountinfo", flags, rustix::fs::Mode::empty())?;
-            let mut text = String::new();
-            std::fs::File::from(fd.try_clone()?).read_to_string(&mut text)?;
-            Ok((fd, text))
-        };
-        match read() {
-            Ok((fd, text)) => {
-                let table = Arc::new(MountTable::parse(&text));
-                *last = Some((fd, Arc::clone(&table)));
-                Some(table)
-            }
-            Err(e) => {
-                tracing::debug!("cannot read /proc/self/mountinfo: {e}");
-                *last = None;
-                None
-            }
-        }
+        *last = None;
+        let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+        let fd = rustix::fs::open("/proc/self/mountinfo", flags, rustix::fs::Mode::empty())?;
+        let mut text = String::new();
+        std::fs::File::from(fd.try_clone()?).read_to_string(&mut text)?;
+        let table = Arc::new(MountTable::parse(&text));
+        *last = Some((fd, Arc::clone(&table)));
+        Ok(table)
+    }
+
+    /// Where its mounts are mounted, in its order.
+    pub fn points(&self) -> impl Iterator<Item = &Path> {
+        self.mounts.iter().map(|m| m.point.as_path())
     }
 
     fn parse(text: &str) -> MountTable {
@@ -161,8 +154,13 @@ fn join_inside(base: &Path, rest: &Path) -> PathBuf {
 /// a rule's object (at the access the rules give that part where it lies), each verified (see
 /// the module docs); `skip` are rule paths that name no host object (fresh private mounts).
 pub(super) fn add_aliases(rules: &mut Vec<CanonicalRule>, view: &View, skip: &[&Path]) {
-    let Some(table) = MountTable::read() else {
-        return;
+    let table = match MountTable::read() {
+        Ok(table) => table,
+        Err(e) => {
+            // Nothing is added.
+            tracing::debug!("cannot read /proc/self/mountinfo: {e}");
+            return;
+        }
     };
     let located: Vec<(CanonicalRule, &Mount, PathBuf)> = rules
         .iter()

@@ -6,8 +6,10 @@
 //! nothing is granted, which is stricter, never weaker.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::ffi::OsStr;
+use std::path::{Component, Path, PathBuf};
 
+use super::aliases::MountTable;
 use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
 use super::view::View;
 use super::DEVICE_FILES;
@@ -488,21 +490,17 @@ impl Cover<'_> {
                 Vec::new()
             }
         };
+        let groups = by_entry(node, inside);
         for (name, stat) in entries {
             if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
                 continue;
             }
-            let path = node.join(name);
-            let beneath: Vec<&CanonicalRule> = inside
-                .iter()
-                .copied()
-                .filter(|r| r.path.starts_with(&path) && r.path != path)
-                .collect();
-            let access = inside
-                .iter()
-                .find(|r| r.path == path)
-                .map_or(access, |rule| rule.access);
-            self.node(&path, access, &beneath, Some(Id::of(&stat)));
+            let (own, beneath) = match groups.iter().find(|g| g.name == name.as_os_str()) {
+                Some(group) => (group.own, group.beneath.as_slice()),
+                None => (None, &[][..]),
+            };
+            let access = own.map_or(access, |rule| rule.access);
+            self.node(&node.join(name), access, beneath, Some(Id::of(&stat)));
         }
         for rule in inside.iter().filter(|r| r.access < access) {
             if !self.out.covered.contains(&rule.path) {
@@ -521,6 +519,46 @@ impl Cover<'_> {
     }
 }
 
+/// The rules beneath one entry of a directory of the cover.
+struct Entry<'a> {
+    name: &'a OsStr,
+    /// The rule on the entry itself.
+    own: Option<&'a CanonicalRule>,
+    /// The rules strictly beneath the entry, in their order.
+    beneath: Vec<&'a CanonicalRule>,
+}
+
+/// The rules of `inside` grouped by the entry of `node` they lie in (one parse of each rule's
+/// path, instead of comparing every entry with every rule).
+fn by_entry<'a>(node: &Path, inside: &[&'a CanonicalRule]) -> Vec<Entry<'a>> {
+    let mut groups: Vec<Entry> = Vec::new();
+    for &rule in inside {
+        let Ok(rest) = rule.path.strip_prefix(node) else {
+            continue;
+        };
+        let mut components = rest.components();
+        let Some(Component::Normal(name)) = components.next() else {
+            continue;
+        };
+        let i = match groups.iter().position(|g| g.name == name) {
+            Some(i) => i,
+            None => {
+                groups.push(Entry {
+                    name,
+                    own: None,
+                    beneath: Vec::new(),
+                });
+                groups.len() - 1
+            }
+        };
+        match components.next() {
+            None => groups[i].own = groups[i].own.or(Some(rule)),
+            Some(_) => groups[i].beneath.push(rule),
+        }
+    }
+    groups
+}
+
 /// The longest path the cover descends into (`PATH_MAX`): deeper places get nothing.
 const PATH_MAX: usize = 4096;
 
@@ -537,22 +575,19 @@ fn maximal<'a>(rules: &[&'a CanonicalRule]) -> Vec<(&'a CanonicalRule, Vec<&'a C
 }
 
 /// The mount points directly beneath `dir` (not beneath another mount point beneath it), from
-/// `/proc/self/mountinfo`.
+/// `/proc/self/mountinfo` (the table [`MountTable::read`] shares).
 pub(super) fn top_submounts_of(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| Error::io("read", "/proc/self/mountinfo", e))?;
-    let mut points: Vec<PathBuf> = mountinfo
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(crate::contain::unescape_mountinfo(field)))
-        .filter(|p| p.starts_with(dir) && p != dir)
+    let table = MountTable::read().map_err(|e| Error::io("read", "/proc/self/mountinfo", e))?;
+    let mut points: Vec<&Path> = table
+        .points()
+        .filter(|p| p.starts_with(dir) && *p != dir)
         .collect();
     points.sort();
     points.dedup();
     let mut top: Vec<PathBuf> = Vec::new();
     for point in points {
         if !top.iter().any(|t| point.starts_with(t)) {
-            top.push(point);
+            top.push(point.to_path_buf());
         }
     }
     Ok(top)
@@ -596,7 +631,8 @@ impl Identities {
     /// `aliases::add_aliases`.
     pub fn of(rules: &[&CanonicalRule], view: &View, skip: &[&Path]) -> Identities {
         let mut ids = Identities::default();
-        let mut ancestors: Vec<&Path> = Vec::new();
+        // Each ancestor of a rule with the narrowest access of the rules strictly beneath it.
+        let mut ancestors: Vec<(&Path, Access)> = Vec::new();
         for rule in rules {
             if !skip.contains(&rule.path.as_path()) {
                 if let Some(id) = id_of(view, &rule.path) {
@@ -604,24 +640,23 @@ impl Identities {
                     *access = (*access).min(rule.access);
                 }
             }
-            ancestors.extend(rule.path.ancestors().skip(1));
+            let above = rule.path.ancestors().skip(1);
+            ancestors.extend(above.map(|ancestor| (ancestor, rule.access)));
         }
-        ancestors.sort();
-        ancestors.dedup();
+        ancestors.sort_by(|a, b| a.0.cmp(b.0));
+        ancestors.dedup_by(|later, kept| {
+            later.0 == kept.0 && {
+                kept.1 = kept.1.min(later.1);
+                true
+            }
+        });
         let pairs: Vec<(&Path, Access)> =
             rules.iter().map(|r| (r.path.as_path(), r.access)).collect();
-        for ancestor in ancestors {
+        for (ancestor, beneath) in ancestors {
             let Some(id) = id_of(view, ancestor) else {
                 continue;
             };
-            let floor = pairs
-                .iter()
-                .filter(|(path, _)| path.starts_with(ancestor) && *path != ancestor)
-                .map(|(_, access)| *access)
-                .fold(
-                    effective_access(pairs.iter().copied(), ancestor),
-                    Access::min,
-                );
+            let floor = effective_access(pairs.iter().copied(), ancestor).min(beneath);
             let entry = ids.floors.entry(id).or_insert(floor);
             *entry = (*entry).min(floor);
         }
