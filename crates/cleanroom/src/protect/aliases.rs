@@ -16,10 +16,7 @@
 //! read or verify adds nothing. Mounts made after this runs (by the host, later) are not seen:
 //! the compiled rules hold for the mount table as it was read.
 
-use std::io::Read;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use super::compile::{self, id_of, CanonicalRule};
 use super::rule::Access;
@@ -43,29 +40,15 @@ pub(super) struct MountTable {
     mounts: Vec<Mount>,
 }
 
-/// The table read last, with the descriptor of `/proc/self/mountinfo` it was read from: the
-/// kernel marks that descriptor (`POLLPRI`) when a mount or an unmount changes the table after it
-/// was opened, so an unchanged table is not read again (a long-lived server compiles a policy per
-/// call).
-static LAST: Mutex<Option<(OwnedFd, Arc<MountTable>)>> = Mutex::new(None);
-
 impl MountTable {
-    /// The caller's mount table as it is now (read again only when it changed).
-    pub fn read() -> std::io::Result<Arc<MountTable>> {
-        let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((fd, table)) = last.as_ref() {
-            if !changed(fd) {
-                return Ok(Arc::clone(table));
-            }
-        }
-        *last = None;
-        let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
-        let fd = rustix::fs::open("/proc/self/mountinfo", flags, rustix::fs::Mode::empty())?;
-        let mut text = String::new();
-        std::fs::File::from(fd.try_clone()?).read_to_string(&mut text)?;
-        let table = Arc::new(MountTable::parse(&text));
-        *last = Some((fd, Arc::clone(&table)));
-        Ok(table)
+    /// The caller's mount table as it is now, read afresh on every call. A table is never
+    /// carried from one compile to the next: the kernel signals mounts, unmounts and moves on
+    /// `/proc/self/mountinfo` (`POLLPRI`), but not the rename of a directory above a mount point,
+    /// which changes where that mount shows; a table kept across such a rename would grant by
+    /// paths that no longer show what they showed.
+    pub fn read() -> std::io::Result<MountTable> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+        Ok(MountTable::parse(&text))
     }
 
     /// Where its mounts are mounted, in its order.
@@ -128,17 +111,6 @@ impl MountTable {
         let rest = path.strip_prefix(&mount.point).ok()?;
         Some((mount, join_inside(&mount.root, rest)))
     }
-}
-
-/// Whether the mount table `fd` was read from changed since (or cannot tell).
-fn changed(fd: &OwnedFd) -> bool {
-    use rustix::event::{poll, PollFd, PollFlags};
-    let mut fds = [PollFd::new(fd, PollFlags::PRI)];
-    let timeout = rustix::event::Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    !matches!(poll(&mut fds, Some(&timeout)), Ok(0))
 }
 
 /// `base` joined with `rest` (an empty `rest` is `base` itself).

@@ -552,7 +552,9 @@ fn by_entry<'a>(node: &Path, inside: &[&'a CanonicalRule]) -> Vec<Entry<'a>> {
             }
         };
         match components.next() {
-            None => groups[i].own = groups[i].own.or(Some(rule)),
+            None => {
+                groups[i].own.get_or_insert(rule);
+            }
             Some(_) => groups[i].beneath.push(rule),
         }
     }
@@ -644,11 +646,13 @@ impl Identities {
             ancestors.extend(above.map(|ancestor| (ancestor, rule.access)));
         }
         ancestors.sort_by(|a, b| a.0.cmp(b.0));
+        // One entry per ancestor, with the narrowest access of all its duplicates.
         ancestors.dedup_by(|later, kept| {
-            later.0 == kept.0 && {
+            let same = later.0 == kept.0;
+            if same {
                 kept.1 = kept.1.min(later.1);
-                true
             }
+            same
         });
         let pairs: Vec<(&Path, Access)> =
             rules.iter().map(|r| (r.path.as_path(), r.access)).collect();
@@ -800,5 +804,66 @@ mod tests {
             || base.starts_with(g)));
         let home = rules.iter().find(|r| r.path == base.join("home")).unwrap();
         assert_eq!(compiled.enforced_by(home), EnforcedBy::Cover);
+    }
+
+    /// Runs the ignored test `name` of this module in a process of its own with a private mount
+    /// namespace (root only: what it mounts is seen by nobody else and is gone when it ends).
+    fn in_private_mount_namespace(name: &str) {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: mounting in a private namespace needs root here");
+            return;
+        }
+        let out = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private"])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", &format!("protect::compile::tests::{name}")])
+            .args(["--ignored", "--nocapture", "--test-threads", "1"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("1 passed"), "{stdout}");
+    }
+
+    #[test]
+    fn a_rename_above_a_mount_point_shows_in_the_next_mount_table() {
+        in_private_mount_namespace("renamed_mount_points_in_a_private_namespace");
+    }
+
+    /// The kernel marks `/proc/self/mountinfo` on a mount or unmount, not when a directory
+    /// above a mount point is renamed: a table carried from one compile to the next would still
+    /// place the mount where it was (reviewer's finding: a grant by a path that no longer shows
+    /// what it showed).
+    #[test]
+    #[ignore = "run by a_rename_above_a_mount_point_shows_in_the_next_mount_table"]
+    fn renamed_mount_points_in_a_private_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let point = base.join("tmp/a/m");
+        std::fs::create_dir_all(&point).unwrap();
+        std::fs::create_dir(base.join("out")).unwrap();
+        let mount = |args: &[&std::ffi::OsStr]| {
+            let status = std::process::Command::new(args[0])
+                .args(&args[1..])
+                .status();
+            assert!(status.unwrap().success(), "{args:?}");
+        };
+        let tmpfs = ["mount", "-t", "tmpfs", "cleanroom-test", ""].map(std::ffi::OsStr::new);
+        mount(&[&tmpfs[..4], &[point.as_os_str()]].concat());
+        let before = top_submounts_of(&base.join("tmp")).unwrap();
+        std::fs::rename(base.join("tmp/a"), base.join("out/a")).unwrap();
+        let (tmp, out) = (
+            top_submounts_of(&base.join("tmp")).unwrap(),
+            top_submounts_of(&base.join("out")).unwrap(),
+        );
+        let moved = base.join("out/a/m");
+        mount(&[std::ffi::OsStr::new("umount"), moved.as_os_str()]);
+        assert_eq!(before, vec![point]);
+        assert_eq!(tmp, Vec::<PathBuf>::new());
+        assert_eq!(out, vec![moved]);
     }
 }
