@@ -183,7 +183,9 @@ PY
 rm "$project/lock.log"
 # 2. A holder killed hard (TerminateProcess) releases the lock at once: while it lives, list
 # shows it and --lock-timeout gives up naming it; once it is killed, the next run starts.
-lock_cli run --exclusive db -- ping -n 120 127.0.0.1 >/dev/null 2>"$TMPDIR/cli/holder.err" & holder=$!
+# The holder sleeps in the test payload, not in Wine's ping, whose end does not depend on us alone.
+payload=$(winepath_of "$out/examples/payload.exe")
+lock_cli run --exclusive db -- "$payload" sleep 120 >/dev/null 2>"$TMPDIR/cli/holder.err" & holder=$!
 holder_pid=
 for _ in $(seq 100); do
   lock_cli list --json >"$TMPDIR/cli/out" 2>/dev/null || true
@@ -195,17 +197,18 @@ record = locks[0]["record"]
 fields = {"format", "version", "name", "scope", "run_id", "owner_sid", "owner", "host", "since_unix_ms", "command"}
 assert set(record) == fields, set(record) ^ fields  # Linux: euid in owner_sid'"'"'s place
 assert locks[0]["writer_alive"] and (record["name"], record["scope"]) == ("db", "user"), locks
-assert record["command"] == ["ping", "-n", "120", "127.0.0.1"], record
+assert record["command"][1:] == ["sleep", "120"] and record["command"][0].endswith("payload.exe"), record
 print(record["owner"]["pid"])' <"$TMPDIR/cli/out" 2>/dev/null) && break
   sleep 0.2
 done
-[ -n "$holder_pid" ] || die "real CLI: list --json does not show the held lock db: $(cat "$TMPDIR/cli/out")"
+[ -n "$holder_pid" ] || die "real CLI: list --json does not show the held lock db: $(cat "$TMPDIR/cli/out")
+the holder $(kill -0 $holder 2>/dev/null && echo 'still runs' || echo 'has ended'); its stderr: $(cat "$TMPDIR/cli/holder.err")"
 expect_lock() { local want=$1 what=$2 got=0; shift 2
   lock_cli "$@" >"$TMPDIR/cli/out" 2>"$TMPDIR/cli/err" || got=$?
   [ "$got" = "$want" ] || { cat "$TMPDIR/cli/err" >&2; die "real CLI: $what: exit $got, expected $want"; }
 }
 expect_lock 125 "--lock-timeout while the lock is held" run --exclusive db --lock-timeout 1s -- cmd /c 'exit 0'
-grep -q "timed out.*db.*pid $holder_pid.*ping -n 120" "$TMPDIR/cli/err" ||
+grep -q "timed out.*db.*pid $holder_pid.*payload.exe sleep 120" "$TMPDIR/cli/err" ||
   die "real CLI: --lock-timeout does not name the holder (pid $holder_pid): $(cat "$TMPDIR/cli/err")"
 /usr/lib/wine/wine64 taskkill /F /PID "$holder_pid" >/dev/null 2>&1 ||
   die "real CLI: taskkill /F /PID $holder_pid failed"

@@ -577,7 +577,7 @@ fn maximal<'a>(rules: &[&'a CanonicalRule]) -> Vec<(&'a CanonicalRule, Vec<&'a C
 }
 
 /// The mount points directly beneath `dir` (not beneath another mount point beneath it), from
-/// `/proc/self/mountinfo` (the table [`MountTable::read`] shares).
+/// `/proc/self/mountinfo` as it is now ([`MountTable::read`]).
 pub(super) fn top_submounts_of(dir: &Path) -> Result<Vec<PathBuf>> {
     let table = MountTable::read().map_err(|e| Error::io("read", "/proc/self/mountinfo", e))?;
     let mut points: Vec<&Path> = table
