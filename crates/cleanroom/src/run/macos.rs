@@ -27,11 +27,10 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use super::{
-    create_root, env_info, finish_outside_the_ladder, pass_locks, spawn_status, take_locks, Event,
-    Outcome, Ran, RunConfig,
+    env_info, finish_outside_the_ladder, root_and_env_outside_the_ladder, spawn_status, take_locks,
+    Event, Outcome, Ran, RunConfig,
 };
 use crate::contain::{Group, Killed};
-use crate::env;
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::report::Ending;
@@ -54,12 +53,8 @@ pub(super) fn execute(
     let held_locks = take_locks(config, &ns, run_id, command_text, events)?;
     let signals = CountedSignals::install(&FORWARDED, &[libc::SIGCHLD])
         .map_err(|e| Error::sys("install the runner's signal handlers", e))?;
-    let host = env::host_env();
-    let homes = env::homes_needed(&host, &config.env.pins);
-    let root = create_root(&ns, run_id, command_text, config, None, &homes)?;
-    drop(ns);
-    let mut child_env = env::build(&host, root.layout(), root.path(), run_id, &config.env);
-    pass_locks(&held_locks, &mut child_env);
+    let (root, child_env, homes) =
+        root_and_env_outside_the_ladder(config, ns, run_id, command_text, &held_locks)?;
     let mut command = Command::new(&config.command[0]);
     command
         .args(&config.command[1..])

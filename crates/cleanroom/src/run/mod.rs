@@ -346,6 +346,27 @@ fn spawn_status(e: &std::io::Error) -> u8 {
     }
 }
 
+/// The root and its command's environment for a run outside Linux's ladder (Windows, macOS), which
+/// adds no cgroup to the marker and no protection to the environment: the root made in `ns`
+/// (which is let go then), the environment built for it with `held`'s variables, and the home
+/// variables the root pins.
+#[cfg(not(target_os = "linux"))]
+fn root_and_env_outside_the_ladder(
+    config: &RunConfig,
+    ns: Namespace,
+    run_id: &str,
+    command: &[String],
+    held: &HeldLocks,
+) -> Result<(Root, env::ChildEnv, Vec<String>)> {
+    let host = env::host_env();
+    let homes = env::homes_needed(&host, &config.env.pins);
+    let root = create_root(&ns, run_id, command, config, None, &homes)?;
+    drop(ns);
+    let mut child_env = env::build(&host, root.layout(), root.path(), run_id, &config.env);
+    pass_locks(held, &mut child_env);
+    Ok((root, child_env, homes))
+}
+
 /// The end of a run outside Linux's ladder (Windows, macOS), once its processes are gone: the
 /// root kept, left or removed ([`finish_root`]), and what the report says of a containment with
 /// no mechanism of the ladder, no protection and no private /tmp.

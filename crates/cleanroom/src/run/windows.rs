@@ -21,11 +21,10 @@ use windows_sys::Win32::Foundation::ERROR_BAD_EXE_FORMAT;
 use windows_sys::Win32::System::Console::{CTRL_BREAK_EVENT, CTRL_C_EVENT};
 
 use super::{
-    create_root, env_info, finish_outside_the_ladder, pass_locks, spawn_status, take_locks, Event,
-    Outcome, Ran, RunConfig,
+    env_info, finish_outside_the_ladder, root_and_env_outside_the_ladder, spawn_status, take_locks,
+    Event, Outcome, Ran, RunConfig,
 };
 use crate::contain::Job;
-use crate::env;
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::report::Ending;
@@ -55,12 +54,8 @@ pub(super) fn execute(
     events: &mut dyn FnMut(Event<'_>),
 ) -> Result<Ran> {
     let held_locks = take_locks(config, &ns, run_id, command_text, events)?;
-    let host = env::host_env();
-    let homes = env::homes_needed(&host, &config.env.pins);
-    let root = create_root(&ns, run_id, command_text, config, None, &homes)?;
-    drop(ns);
-    let mut child_env = env::build(&host, root.layout(), root.path(), run_id, &config.env);
-    pass_locks(&held_locks, &mut child_env);
+    let (root, child_env, homes) =
+        root_and_env_outside_the_ladder(config, ns, run_id, command_text, &held_locks)?;
     let job = match Job::new() {
         Ok(job) => job,
         Err(e) => {
