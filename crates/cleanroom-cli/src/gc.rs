@@ -209,7 +209,7 @@ pub fn list_main(args: ListArgs, global: &Global) -> u8 {
         .as_ref()
         .map(|ns| reclaim::list(ns, args.sizes))
         .unwrap_or_default();
-    let locks = match ns.as_ref().map(exclusive_locks).transpose() {
+    let locks = match ns.as_ref().map(cleanroom::lock::list).transpose() {
         Ok(locks) => locks.unwrap_or_default(),
         Err(e) => {
             eprintln!("cleanroom: cannot list locks: {e}");
@@ -312,11 +312,6 @@ fn human_age(secs: u64) -> String {
         s if s < 172_800 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86_400),
     }
-}
-
-/// The exclusive locks of the namespace and their holders.
-fn exclusive_locks(ns: &Namespace) -> cleanroom::Result<Vec<cleanroom::lock::LockInfo>> {
-    cleanroom::lock::list(ns)
 }
 
 /// One line per exclusive lock, in `list`'s table.

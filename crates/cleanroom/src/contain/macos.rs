@@ -114,7 +114,7 @@ impl Group {
     /// [`Group::others`] leaves them out: a zombie whose parent never reaps it is no process to
     /// end; one that cannot be read counts).
     fn others_left(&self) -> io::Result<usize> {
-        let leader = self.leader.id() as i32;
+        let leader = self.leader() as i32;
         let pids = self.pids()?.into_iter();
         Ok(pids
             .filter(|&p| p != leader && !crate::sys::macos::is_zombie(p))
@@ -136,6 +136,12 @@ impl Group {
         if !self.leader_exited() {
             killed.extend(process::info(self.leader()));
         }
+        self.kill_and_account(killed)
+    }
+
+    /// KILLs the group, waits (bounded by [`EMPTY_WAIT`]) until it is empty, and accounts
+    /// `signalled` as killed or surviving.
+    fn kill_and_account(&self, signalled: Vec<ProcessInfo>) -> Killed {
         if let Err(e) = self.signal(Signal::KILL) {
             tracing::warn!(
                 "cannot kill process group {}: {e}",
@@ -143,7 +149,7 @@ impl Group {
             );
         }
         let emptied = self.wait_until_empty(EMPTY_WAIT);
-        self.account(killed, emptied)
+        self.account(signalled, emptied)
     }
 
     /// Ends the group once its leader has exited: what is still in it is a leak, named, TERMed,
@@ -157,15 +163,7 @@ impl Group {
             let termed = !grace.is_zero() && self.signal(Signal::TERM).is_ok();
             let gone = termed && self.wait_until_empty(grace).is_ok();
             if !gone {
-                let still = self.others();
-                if let Err(e) = self.signal(Signal::KILL) {
-                    tracing::warn!(
-                        "cannot kill process group {}: {e}",
-                        self.pgid.as_raw_nonzero()
-                    );
-                }
-                let emptied = self.wait_until_empty(EMPTY_WAIT);
-                ended = self.account(still, emptied);
+                ended = self.kill_and_account(self.others());
             }
         }
         // The leader's wait blocks: should it not have exited after all (`leader_exited` takes

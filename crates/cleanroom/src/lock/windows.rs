@@ -184,7 +184,7 @@ impl LockDir {
             .custom_flags(FILE_FLAG_OPEN_REPARSE_POINT)
             .open(&path)
             .at("open lock file", &path)?;
-        if !regular(&file) {
+        if !file.metadata().is_ok_and(|meta| regular(&meta)) {
             return Err(Error::io(
                 "use lock file",
                 &path,
@@ -207,7 +207,7 @@ impl LockDir {
         owner: &User,
         what: Published,
     ) -> Option<(File, String)> {
-        if *owner != self.user() {
+        if owner != self.dir.user() {
             return None;
         }
         let file = OpenOptions::new()
@@ -215,7 +215,8 @@ impl LockDir {
             .custom_flags(FILE_FLAG_OPEN_REPARSE_POINT)
             .open(self.path.join(file_name))
             .ok()?;
-        if !regular(&file) || file.metadata().ok()?.len() > what.max_bytes() {
+        let meta = file.metadata().ok()?;
+        if !regular(&meta) || meta.len() > what.max_bytes() {
             return None;
         }
         what.read(file)
@@ -323,9 +324,8 @@ fn refuse_machine(scope: LockScope) -> Result<()> {
 }
 
 /// A regular file: not a directory, not a reparse point (link or junction).
-fn regular(file: &File) -> bool {
-    file.metadata()
-        .is_ok_and(|m| m.is_file() && m.file_attributes() & FILE_ATTRIBUTE_REPARSE_POINT == 0)
+fn regular(meta: &std::fs::Metadata) -> bool {
+    meta.is_file() && meta.file_attributes() & FILE_ATTRIBUTE_REPARSE_POINT == 0
 }
 
 /// What tells two files of one directory apart: the file index. (Both are on the directory's

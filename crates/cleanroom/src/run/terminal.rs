@@ -19,7 +19,7 @@ use crate::sys::linux::{exec, signal};
 
 /// The terminal on stdin, when the runner owns its foreground.
 pub struct Foreground {
-    runner_group: libc::pid_t,
+    runner_group: Pid,
 }
 
 impl Foreground {
@@ -32,9 +32,7 @@ impl Foreground {
         }
         let foreground = rustix::termios::tcgetpgrp(fd).ok()?;
         let own = rustix::process::getpgrp();
-        (foreground == own).then(|| Foreground {
-            runner_group: own.as_raw_nonzero().get(),
-        })
+        (foreground == own).then_some(Foreground { runner_group: own })
     }
 
     /// Makes the child take the terminal's foreground right after it became a group leader.
@@ -45,11 +43,9 @@ impl Foreground {
     /// Gives the terminal back to the runner's group (with SIGTTOU blocked, so the background
     /// runner is not stopped).
     pub fn restore(&self) {
-        if let Some(group) = Pid::from_raw(self.runner_group) {
-            signal::with_blocked(libc::SIGTTOU, || {
-                let _ = rustix::termios::tcsetpgrp(std::io::stdin().as_fd(), group);
-            });
-        }
+        signal::with_blocked(libc::SIGTTOU, || {
+            let _ = rustix::termios::tcsetpgrp(std::io::stdin().as_fd(), self.runner_group);
+        });
     }
 }
 

@@ -187,14 +187,7 @@ pub(crate) fn probe_in_child(probe: Probe<'_>) -> io::Result<()> {
             errno => Err(io::Error::from_raw_os_error(errno)),
         })
     }?;
-    let status = loop {
-        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
-            Ok(Some((_, status))) => break status,
-            Ok(None) | Err(Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    };
-    match status.exit_status() {
+    match fork::wait_for(pid)?.exit_status() {
         Some(0) => Ok(()),
         Some(errno) => Err(io::Error::from_raw_os_error(errno)),
         None => Err(io::Error::other("the probe child was killed by a signal")),

@@ -22,8 +22,6 @@ use rustix::mount::{
 
 use crate::sys::linux::mount as sys_mount;
 
-/// `AT_RECURSIVE` from `<linux/fcntl.h>`.
-const AT_RECURSIVE: libc::c_uint = 0x8000;
 /// The `MOUNT_ATTR_*` bits a step sets on a tree.
 pub(super) const MOUNT_ATTR_RDONLY: MountAttrFlags = MountAttrFlags::MOUNT_ATTR_RDONLY;
 pub(super) const MOUNT_ATTR_NOSUID: MountAttrFlags = MountAttrFlags::MOUNT_ATTR_NOSUID;
@@ -94,7 +92,7 @@ pub(super) fn set_tree_attributes(
     sys_mount::set_attributes(
         tree,
         c"",
-        AT_RECURSIVE | libc::AT_EMPTY_PATH as libc::c_uint,
+        (OpenTreeFlags::AT_RECURSIVE | OpenTreeFlags::AT_EMPTY_PATH).bits(),
         u64::from(attributes.bits()),
     )
 }

@@ -86,7 +86,7 @@ pub(crate) fn establish(plan: &ChildPlan) -> io::Result<Established> {
         Ok((joined, report.outcomes))
     });
     drop(release_write);
-    reap(pid)?;
+    fork::wait_for(pid)?;
     let (plan, outcomes) = joined?;
     let no_host_copies = match plan.host_trees.is_empty() {
         true => None,
@@ -251,15 +251,4 @@ fn open_proc(path: &str) -> io::Result<OwnedFd> {
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
-}
-
-/// Waits for the holder (exactly that pid).
-fn reap(pid: Pid) -> io::Result<()> {
-    loop {
-        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
-            Ok(_) => return Ok(()),
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
 }

@@ -105,6 +105,18 @@ pub(crate) unsafe fn fork(program: impl FnOnce(&InChild) -> io::Result<()>) -> i
     Pid::from_raw(pid).ok_or_else(last_error)
 }
 
+/// Waits for the child `pid` ([`fork`]'s, exactly that one) to end, retried while a signal
+/// interrupts the wait; its wait status.
+pub(crate) fn wait_for(pid: Pid) -> io::Result<rustix::process::WaitStatus> {
+    loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => return Ok(status),
+            Ok(None) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Ends a forked child with 127 if its program unwinds (its drop runs only then: a program
 /// that returns forgets it).
 struct ExitOnUnwind;
