@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 
-use super::aliases::MountTable;
 use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
 use super::view::View;
 use super::DEVICE_FILES;
@@ -576,25 +575,6 @@ fn maximal<'a>(rules: &[&'a CanonicalRule]) -> Vec<(&'a CanonicalRule, Vec<&'a C
     out
 }
 
-/// The mount points directly beneath `dir` (not beneath another mount point beneath it), from
-/// `/proc/self/mountinfo` as it is now ([`MountTable::read`]).
-pub(super) fn top_submounts_of(dir: &Path) -> Result<Vec<PathBuf>> {
-    let table = MountTable::read().map_err(|e| Error::io("read", "/proc/self/mountinfo", e))?;
-    let mut points: Vec<&Path> = table
-        .points()
-        .filter(|p| p.starts_with(dir) && *p != dir)
-        .collect();
-    points.sort();
-    points.dedup();
-    let mut top: Vec<PathBuf> = Vec::new();
-    for point in points {
-        if !top.iter().any(|t| point.starts_with(t)) {
-            top.push(point.to_path_buf());
-        }
-    }
-    Ok(top)
-}
-
 /// A file's identity: device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) struct Id {
@@ -804,66 +784,5 @@ mod tests {
             || base.starts_with(g)));
         let home = rules.iter().find(|r| r.path == base.join("home")).unwrap();
         assert_eq!(compiled.enforced_by(home), EnforcedBy::Cover);
-    }
-
-    /// Runs the ignored test `name` of this module in a process of its own with a private mount
-    /// namespace (root only: what it mounts is seen by nobody else and is gone when it ends).
-    fn in_private_mount_namespace(name: &str) {
-        if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: mounting in a private namespace needs root here");
-            return;
-        }
-        let out = std::process::Command::new("unshare")
-            .args(["--mount", "--propagation", "private"])
-            .arg(std::env::current_exe().unwrap())
-            .args(["--exact", &format!("protect::compile::tests::{name}")])
-            .args(["--ignored", "--nocapture", "--test-threads", "1"])
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(stdout.contains("1 passed"), "{stdout}");
-    }
-
-    #[test]
-    fn a_rename_above_a_mount_point_shows_in_the_next_mount_table() {
-        in_private_mount_namespace("renamed_mount_points_in_a_private_namespace");
-    }
-
-    /// The kernel marks `/proc/self/mountinfo` on a mount or unmount, not when a directory
-    /// above a mount point is renamed: a table carried from one compile to the next would still
-    /// place the mount where it was (reviewer's finding: a grant by a path that no longer shows
-    /// what it showed).
-    #[test]
-    #[ignore = "run by a_rename_above_a_mount_point_shows_in_the_next_mount_table"]
-    fn renamed_mount_points_in_a_private_namespace() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().canonicalize().unwrap();
-        let point = base.join("tmp/a/m");
-        std::fs::create_dir_all(&point).unwrap();
-        std::fs::create_dir(base.join("out")).unwrap();
-        let mount = |args: &[&std::ffi::OsStr]| {
-            let status = std::process::Command::new(args[0])
-                .args(&args[1..])
-                .status();
-            assert!(status.unwrap().success(), "{args:?}");
-        };
-        let tmpfs = ["mount", "-t", "tmpfs", "cleanroom-test", ""].map(std::ffi::OsStr::new);
-        mount(&[&tmpfs[..4], &[point.as_os_str()]].concat());
-        let before = top_submounts_of(&base.join("tmp")).unwrap();
-        std::fs::rename(base.join("tmp/a"), base.join("out/a")).unwrap();
-        let (tmp, out) = (
-            top_submounts_of(&base.join("tmp")).unwrap(),
-            top_submounts_of(&base.join("out")).unwrap(),
-        );
-        let moved = base.join("out/a/m");
-        mount(&[std::ffi::OsStr::new("umount"), moved.as_os_str()]);
-        assert_eq!(before, vec![point]);
-        assert_eq!(tmp, Vec::<PathBuf>::new());
-        assert_eq!(out, vec![moved]);
     }
 }

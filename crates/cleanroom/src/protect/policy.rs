@@ -68,7 +68,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::aliases;
+use super::aliases::{self, MountTable};
 use super::binds::HostPaths;
 use super::compile::{self, CanonicalRule, MountKind};
 use super::linux::child::{ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps};
@@ -241,11 +241,13 @@ impl Sandbox {
     pub fn compile(policy: &Policy) -> Result<Sandbox> {
         let view = &policy.view;
         let mut rules = compile::canonical_rules(&policy.rules, view)?;
-        aliases::add_aliases(&mut rules, view, &[]);
+        // One reading of the mount table serves the whole compile.
+        let mounts = MountTable::read();
+        aliases::add_aliases(&mut rules, mounts.as_ref(), view, &[]);
         let isolate_net = policy.network == Network::Loopback;
         let mount_ns = mount_namespace(policy, compile::has_narrowing(&rules))?;
         let private_shm = policy.private_dev_shm && mount_ns.is_ok();
-        let tmp = TmpDecision::make(policy, &mount_ns, &mut rules);
+        let tmp = TmpDecision::make(policy, &mount_ns, mounts.as_ref(), &mut rules);
         let dev_mqueue = policy.private_ipc && mount_ns.is_ok() && is_real_dir(Path::new(MQUEUE));
         let dev_shm = Path::new("/dev/shm");
         let mut in_dev_shm = match private_shm {
@@ -293,7 +295,7 @@ impl Sandbox {
             builder.ipc(mount_ns.as_ref().err(), dev_mqueue)?;
         }
         if isolate_net && mount_ns.is_ok() {
-            builder.fresh_sysfs()?;
+            builder.fresh_sysfs(mounts.as_ref())?;
         }
         builder.finish()
     }
@@ -984,10 +986,12 @@ impl Builder {
         Ok(steps)
     }
 
-    /// `/sys` replaced by a sysfs of the new network namespace, its submounts moved back.
-    fn fresh_sysfs(&mut self) -> Result<()> {
+    /// `/sys` replaced by a sysfs of the new network namespace, its submounts (in `mounts`, the
+    /// compile's mount table) moved back.
+    fn fresh_sysfs(&mut self, mounts: std::result::Result<&MountTable, &io::Error>) -> Result<()> {
+        let mounts = mounts.map_err(MountTable::unreadable)?;
         let mut submounts = Vec::new();
-        for path in compile::top_submounts_of(Path::new("/sys"))? {
+        for path in mounts.top_submounts_of(Path::new("/sys")) {
             let slot = self.keep(&path)?;
             submounts.push((c_path(&path)?, slot));
         }
@@ -1169,13 +1173,14 @@ impl TmpDecision {
     fn make(
         policy: &Policy,
         mount_ns: &std::result::Result<(), String>,
+        mounts: std::result::Result<&MountTable, &io::Error>,
         rules: &mut Vec<CanonicalRule>,
     ) -> TmpDecision {
         let mut notes = Vec::new();
         let planned = match (&policy.private_tmp, mount_ns) {
             (None, _) => Ok(Vec::new()),
             (Some(_), Err(reason)) => Err(reason.clone()),
-            (Some(request), Ok(())) => scratch::plan(request, rules, &mut notes),
+            (Some(request), Ok(())) => scratch::plan(request, rules, mounts, &mut notes),
         };
         let outcome = planned.map(|plans| {
             plans

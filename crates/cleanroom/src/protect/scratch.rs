@@ -36,7 +36,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::compile::{self, CanonicalRule};
+use super::aliases::MountTable;
+use super::compile::CanonicalRule;
 use super::linux::child::Identity;
 use super::linux::report::Outcome;
 use super::linux::sock_diag;
@@ -259,12 +260,13 @@ pub(super) struct DirPlan {
     pub submounts: Vec<PathBuf>,
 }
 
-/// The private directories `request` can have, given the policy's `rules`. `Err` is why none
-/// can. A directory `request.shared` names stays the host's, and so does one a rule names
+/// The private directories `request` can have, given the policy's `rules` and the compile's
+/// mount table `mounts`. `Err` is why none can. A directory `request.shared` names stays the host's, and so does one a rule names
 /// exactly (a working directory of `/tmp`), reported in `warnings`.
 pub(super) fn plan(
     request: &PrivateTmp,
     rules: &[CanonicalRule],
+    mounts: std::result::Result<&MountTable, &std::io::Error>,
     warnings: &mut Vec<String>,
 ) -> std::result::Result<Vec<DirPlan>, String> {
     let mut plans = Vec::new();
@@ -293,7 +295,9 @@ pub(super) fn plan(
             overlay_supported(&request.backing)?;
         }
         let submounts = match occupied {
-            true => compile::top_submounts_of(&dir).map_err(|e| e.to_string())?,
+            true => mounts
+                .map_err(|e| MountTable::unreadable(e).to_string())?
+                .top_submounts_of(&dir),
             false => Vec::new(),
         };
         if let (false, Some(mount)) = (root, submounts.first()) {
@@ -595,9 +599,9 @@ fn socket_file(path: &Path) -> Option<(Identity, u32)> {
 pub(crate) fn probe(scratch: &Path) -> std::result::Result<(), String> {
     overlay_supported(scratch)?;
     if !rustix::process::geteuid().is_root() {
+        let mounts = MountTable::read().map_err(|e| MountTable::unreadable(&e).to_string())?;
         for dir in candidates() {
-            let submounts = compile::top_submounts_of(&dir).map_err(|e| e.to_string())?;
-            if let Some(mount) = submounts.first() {
+            if let Some(mount) = mounts.top_submounts_of(&dir).first() {
                 return Err(locked_submount_reason(&dir, mount));
             }
         }
