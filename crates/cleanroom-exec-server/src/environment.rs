@@ -153,7 +153,15 @@ impl Environment {
     /// What every per-call policy starts from: the protection's rules, resolved now (see
     /// [`policy_base`]), and the temp dir.
     pub fn policy_base(&self) -> Result<policy::Base, RpcError> {
-        policy_base(&self.protection, &self.layout.tmp)
+        policy_base(&self.protection, &self.layout.tmp, true)
+    }
+
+    /// [`Environment::policy_base`] for a process started without a sandbox of its own, whose
+    /// policy nothing is intersected with (the protection renewed confines it): without the
+    /// rules, which it would resolve for nothing ([`crate::policy::Confinement::for_process`]
+    /// refuses a managed policy on such a base).
+    pub fn policy_base_unmanaged(&self) -> Result<policy::Base, RpcError> {
+        policy_base(&self.protection, &self.layout.tmp, false)
     }
 
     /// The run id of the environment's root.
@@ -312,11 +320,16 @@ fn established(protection: Protection) -> cleanroom::Result<Protection> {
 /// without the places its compiler added where a mount shows a rule's object again: each
 /// per-call policy is intersected with these by path, then compiled, which adds its own. They
 /// are resolved for every call ([`Protection::rules_now`]), never kept from the start: a
-/// protected path the host creates or repoints later is ruled where it is now.
-fn policy_base(protection: &Protection, tmp: &std::path::Path) -> Result<policy::Base, RpcError> {
+/// protected path the host creates or repoints later is ruled where it is now. Without
+/// `rules`, the base has none (see [`Environment::policy_base_unmanaged`]).
+fn policy_base(
+    protection: &Protection,
+    tmp: &std::path::Path,
+    rules: bool,
+) -> Result<policy::Base, RpcError> {
     let status = protection.status();
     let enforced = status.enforcement != Enforcement::None;
-    let rules = match enforced {
+    let rules = match enforced && rules {
         true => protection.rules_now().map_err(|e| {
             RpcError::internal(format!("cannot resolve the environment's protection: {e}"))
         })?,

@@ -136,6 +136,12 @@ impl Confinement {
         protection: Option<&Protection>,
     ) -> Result<Arc<Confinement>, RpcError> {
         let managed = match parse(sandbox, cwd, tmpdir, &base.view)? {
+            // An enforced protection always has rules: none means they were not resolved.
+            Some(_) if base.enforced && base.rules.is_empty() => {
+                return Err(RpcError::internal(
+                    "the environment's rules were not resolved for a managed sandbox",
+                ))
+            }
             Some(managed) => {
                 let rules = intersect(&managed.rules, &base.rules);
                 let own_dev_shm = !base.shared_dev_shm;

@@ -23,7 +23,8 @@ pub struct EnvContext<'a> {
     pub allow_secret_env: bool,
     /// The server's run id (every child carries it, so gc finds orphans of a killed server).
     pub run_id: &'a str,
-    /// What every process's policy is intersected with (resolved for this start).
+    /// What a managed process's policy is intersected with (its rules resolved for this start;
+    /// none for a start without a `sandbox`, which is confined by `protection` renewed).
     pub policy: policy::Base,
     /// The environment's protection, compiled afresh for a process without a sandbox of its
     /// own (`None`: nothing to renew).

@@ -30,11 +30,13 @@ pub async fn start(c: Call) -> Reply {
     let managed = c.params.get("sandbox").is_some_and(|s| !s.is_null());
     let validated = if managed || shared.env.protection().sandbox().is_some() {
         let (shared, params) = (shared.clone(), c.params.clone());
-        tokio::task::spawn_blocking(move || start::validate(&params, &env_context(&shared)?))
-            .await
-            .unwrap_or_else(|e| Err(RpcError::internal(format!("validation failed: {e}"))))
+        tokio::task::spawn_blocking(move || {
+            start::validate(&params, &env_context(&shared, managed)?)
+        })
+        .await
+        .unwrap_or_else(|e| Err(RpcError::internal(format!("validation failed: {e}"))))
     } else {
-        env_context(shared).and_then(|ctx| start::validate(&c.params, &ctx))
+        env_context(shared, managed).and_then(|ctx| start::validate(&c.params, &ctx))
     };
     let started = validated.and_then(|spec| {
         c.session
@@ -58,13 +60,18 @@ pub async fn start(c: Call) -> Reply {
     }
 }
 
-/// What validating a start needs from the server (the protection's rules resolved now).
-fn env_context(shared: &Shared) -> Result<EnvContext<'_>, RpcError> {
+/// What validating a start needs from the server: for a `managed` start (a `sandbox` of its
+/// own), the protection's rules resolved now, which its policy is intersected with.
+fn env_context(shared: &Shared, managed: bool) -> Result<EnvContext<'_>, RpcError> {
+    let policy = match managed {
+        true => shared.env.policy_base()?,
+        false => shared.env.policy_base_unmanaged()?,
+    };
     Ok(EnvContext {
         base: shared.env.base(),
         allow_secret_env: shared.allow_secret_env,
         run_id: shared.env.run_id(),
-        policy: shared.env.policy_base()?,
+        policy,
         protection: Some(shared.env.protection()),
     })
 }
