@@ -10,7 +10,10 @@
 //! base environment is built from the host's with secrets dropped (unless the server
 //! allows them) and HOME/TMPDIR/XDG pinned inside the root, and carries `CLEANROOM_RUN_ID`, so
 //! `gc` can reclaim the root and kill what is left if the server is killed. The protection's
-//! rules are also kept as the [`policy::Base`] every per-call sandbox is intersected with.
+//! rules, as named, are resolved again for every process and every call, never kept from the
+//! start: a process started without a sandbox of its own is confined by them compiled afresh
+//! ([`Protection::renewed`]) inside the established namespaces, and every per-call sandbox is
+//! intersected with them resolved now (the [`policy::Base`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,8 +23,8 @@ use std::time::Duration;
 use cleanroom::contain::{ContainMode, Contained, Container, Mechanism};
 use cleanroom::env::EnvOptions;
 use cleanroom::protect::{
-    Access, EnforcedBy, Enforcement, Narrowing, Network, Policy, ProtectMode, Protection,
-    ProtectionRequest, Sandbox,
+    Access, Enforcement, Narrowing, Network, Policy, ProtectMode, Protection, ProtectionRequest,
+    Sandbox,
 };
 use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
@@ -30,6 +33,7 @@ use serde_json::{json, Value};
 use crate::envpolicy::BaseEnv;
 use crate::policy;
 use crate::process::Reaper;
+use crate::protocol::RpcError;
 use crate::uri::file_uri;
 use crate::Error;
 
@@ -61,8 +65,6 @@ pub struct Environment {
     mechanism: Mechanism,
     base: BaseEnv,
     protection: Protection,
-    /// The protection's rules, for the per-call policies built on top of them.
-    policy_base: policy::Base,
     cwd: PathBuf,
     shell: PathBuf,
 }
@@ -129,10 +131,8 @@ impl Environment {
             .map(PathBuf::from)
             .filter(|p| p.is_absolute() && p.exists())
             .unwrap_or_else(|| PathBuf::from("/bin/sh"));
-        let policy_base = policy_base(&protection, &root.layout().tmp);
         probe_namespaces(root.path());
         Ok(Environment {
-            policy_base,
             run_id,
             layout: root.layout().clone(),
             root: Mutex::new(Some(root)),
@@ -150,9 +150,18 @@ impl Environment {
         &self.base
     }
 
-    /// What every per-call policy starts from: the protection's rules and the temp dir.
-    pub fn policy_base(&self) -> &policy::Base {
-        &self.policy_base
+    /// What every per-call policy starts from: the protection's rules, resolved now (see
+    /// [`policy_base`]), and the temp dir.
+    pub fn policy_base(&self) -> Result<policy::Base, RpcError> {
+        policy_base(&self.protection, &self.layout.tmp, true)
+    }
+
+    /// [`Environment::policy_base`] for a process started without a sandbox of its own, whose
+    /// policy nothing is intersected with (the protection renewed confines it): without the
+    /// rules, which it would resolve for nothing ([`crate::policy::Confinement::for_process`]
+    /// refuses a managed policy on such a base).
+    pub fn policy_base_unmanaged(&self) -> Result<policy::Base, RpcError> {
+        policy_base(&self.protection, &self.layout.tmp, false)
     }
 
     /// The run id of the environment's root.
@@ -307,28 +316,32 @@ fn established(protection: Protection) -> cleanroom::Result<Protection> {
     }
 }
 
-/// The rules `protection` enforces (canonical paths; none when it is off or not enforced),
+/// The rules `protection` enforces now (canonical paths; none when it is off or not enforced),
 /// without the places its compiler added where a mount shows a rule's object again: each
-/// per-call policy is intersected with these by path, then compiled, which adds its own.
-fn policy_base(protection: &Protection, tmp: &std::path::Path) -> policy::Base {
+/// per-call policy is intersected with these by path, then compiled, which adds its own. They
+/// are resolved for every call ([`Protection::rules_now`]), never kept from the start: a
+/// protected path the host creates or repoints later is ruled where it is now. Without
+/// `rules`, the base has none (see [`Environment::policy_base_unmanaged`]).
+fn policy_base(
+    protection: &Protection,
+    tmp: &std::path::Path,
+    rules: bool,
+) -> Result<policy::Base, RpcError> {
     let status = protection.status();
     let enforced = status.enforcement != Enforcement::None;
-    let rules = match enforced {
-        true => status
-            .policy
-            .iter()
-            .filter(|r| r.enforced_by != EnforcedBy::Absent && r.alias_of.is_none())
-            .map(|r| (r.path.clone(), r.access))
-            .collect(),
+    let rules = match enforced && rules {
+        true => protection.rules_now().map_err(|e| {
+            RpcError::internal(format!("cannot resolve the environment's protection: {e}"))
+        })?,
         false => Vec::new(),
     };
-    policy::Base {
+    Ok(policy::Base {
         rules,
         enforced,
         tmpdir: tmp.to_path_buf(),
         shared_dev_shm: protection.shares_dev_shm(),
         view: protection.view(),
-    }
+    })
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

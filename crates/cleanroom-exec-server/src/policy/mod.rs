@@ -116,21 +116,32 @@ pub struct Managed {
 /// How a started process is confined (shared by its [`crate::process::Spec`] clones).
 #[derive(Debug, Default)]
 pub struct Confinement {
-    /// The managed policy intersected with the environment's; `None`: the environment's alone.
+    /// The managed policy intersected with the environment's, or without one the environment's
+    /// protection compiled afresh for this process ([`Protection::renewed`]); either is applied
+    /// inside the environment's namespaces. `None`: the environment's sandbox as it is (nothing
+    /// to renew).
     managed: Option<Sandbox>,
     /// Whether the environment's protection is enforced by the kernel.
     base_enforced: bool,
 }
 
 impl Confinement {
-    /// The confinement of a process started with `sandbox` (the request's argument).
+    /// The confinement of a process started with `sandbox` (the request's argument), in an
+    /// environment protected by `protection` (`None`: nothing to renew).
     pub fn for_process(
         sandbox: Option<&Value>,
         cwd: &Path,
         tmpdir: &Path,
         base: &Base,
+        protection: Option<&Protection>,
     ) -> Result<Arc<Confinement>, RpcError> {
         let managed = match parse(sandbox, cwd, tmpdir, &base.view)? {
+            // An enforced protection always has rules: none means they were not resolved.
+            Some(_) if base.enforced && base.rules.is_empty() => {
+                return Err(RpcError::internal(
+                    "the environment's rules were not resolved for a managed sandbox",
+                ))
+            }
             Some(managed) => {
                 let rules = intersect(&managed.rules, &base.rules);
                 let own_dev_shm = !base.shared_dev_shm;
@@ -143,7 +154,14 @@ impl Confinement {
                     &base.view,
                 )?)
             }
-            None => None,
+            None => match protection {
+                Some(protection) => protection.renewed().map_err(|e| {
+                    RpcError::internal(format!(
+                        "cannot compile the environment's protection for the process: {e}"
+                    ))
+                })?,
+                None => None,
+            },
         };
         Ok(Arc::new(Confinement {
             managed,
@@ -161,8 +179,9 @@ impl Confinement {
     }
 
     /// The hook applying this confinement in the child (see [`Sandbox::child_hook`]): the
-    /// managed policy, inside the environment's namespaces (its private `/dev/shm`, not the
-    /// host's: see [`Sandbox::within`]), else the environment's `protection`; then the process
+    /// managed policy or the renewed protection, inside the environment's namespaces (its
+    /// private `/dev/shm`, not the host's: see [`Sandbox::within`]), else the environment's
+    /// `protection`; then the process
     /// drops what would let it read the server's memory
     /// ([`crate::sys::hook::keep_out_of_the_server`]).
     pub fn child_hook(&self, protection: &Protection) -> Option<ChildHook> {

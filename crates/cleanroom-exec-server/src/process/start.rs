@@ -23,8 +23,12 @@ pub struct EnvContext<'a> {
     pub allow_secret_env: bool,
     /// The server's run id (every child carries it, so gc finds orphans of a killed server).
     pub run_id: &'a str,
-    /// What every process's policy is intersected with.
-    pub policy: &'a policy::Base,
+    /// What a managed process's policy is intersected with (its rules resolved for this start;
+    /// none for a start without a `sandbox`, which is confined by `protection` renewed).
+    pub policy: policy::Base,
+    /// The environment's protection, compiled afresh for a process without a sandbox of its
+    /// own (`None`: nothing to renew).
+    pub protection: Option<&'a cleanroom::protect::Protection>,
 }
 
 /// Why managed network proxies are refused.
@@ -95,7 +99,8 @@ pub fn validate(params: &Value, ctx: &EnvContext<'_>) -> Result<Spec, RpcError> 
         .map(std::path::PathBuf::from)
         .filter(|t| t.is_absolute())
         .unwrap_or_else(|| ctx.policy.tmpdir.clone());
-    let confinement = Confinement::for_process(p.get("sandbox"), &cwd, &tmpdir, ctx.policy)?;
+    let confinement =
+        Confinement::for_process(p.get("sandbox"), &cwd, &tmpdir, &ctx.policy, ctx.protection)?;
     Ok(Spec {
         confinement,
         process_id: process_id.to_string(),
@@ -144,7 +149,8 @@ mod tests {
                 base: &base,
                 allow_secret_env: false,
                 run_id: "r",
-                policy: &crate::policy::Base::default(),
+                policy: crate::policy::Base::default(),
+                protection: None,
             },
         )
     }

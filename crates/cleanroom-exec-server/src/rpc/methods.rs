@@ -23,17 +23,20 @@ pub async fn environment_status(_: Call) -> Result<Value, RpcError> {
 
 /// `process/start`: the pumps start once the result is queued. A managed `sandbox` is resolved
 /// and compiled on the blocking pool (its globs walk directories, its cover lists them), not on
-/// the server's one runtime thread; the connection still waits for it, so requests stay in order.
+/// the server's one runtime thread, and so is the environment's protection, compiled afresh for
+/// a process without one; the connection still waits for it, so requests stay in order.
 pub async fn start(c: Call) -> Reply {
     let shared = &c.shared;
     let managed = c.params.get("sandbox").is_some_and(|s| !s.is_null());
-    let validated = if managed {
+    let validated = if managed || shared.env.protection().sandbox().is_some() {
         let (shared, params) = (shared.clone(), c.params.clone());
-        tokio::task::spawn_blocking(move || start::validate(&params, &env_context(&shared)))
-            .await
-            .unwrap_or_else(|e| Err(RpcError::internal(format!("validation failed: {e}"))))
+        tokio::task::spawn_blocking(move || {
+            start::validate(&params, &env_context(&shared, managed)?)
+        })
+        .await
+        .unwrap_or_else(|e| Err(RpcError::internal(format!("validation failed: {e}"))))
     } else {
-        start::validate(&c.params, &env_context(shared))
+        env_context(shared, managed).and_then(|ctx| start::validate(&c.params, &ctx))
     };
     let started = validated.and_then(|spec| {
         c.session
@@ -57,20 +60,27 @@ pub async fn start(c: Call) -> Reply {
     }
 }
 
-/// What validating a start needs from the server.
-fn env_context(shared: &Shared) -> EnvContext<'_> {
-    EnvContext {
+/// What validating a start needs from the server: for a `managed` start (a `sandbox` of its
+/// own), the protection's rules resolved now, which its policy is intersected with.
+fn env_context(shared: &Shared, managed: bool) -> Result<EnvContext<'_>, RpcError> {
+    let policy = match managed {
+        true => shared.env.policy_base()?,
+        false => shared.env.policy_base_unmanaged()?,
+    };
+    Ok(EnvContext {
         base: shared.env.base(),
         allow_secret_env: shared.allow_secret_env,
         run_id: shared.env.run_id(),
-        policy: shared.env.policy_base(),
-    }
+        policy,
+        protection: Some(shared.env.protection()),
+    })
 }
 
-/// An `fs/*` method (see [`crate::fs`]).
+/// An `fs/*` method (see [`crate::fs`]); the environment's rules are resolved for each call.
 pub async fn fs(method: &'static str, c: Call) -> Result<Value, RpcError> {
+    let base = c.shared.env.policy_base()?;
     let cx = crate::fs::Context {
-        base: c.shared.env.policy_base(),
+        base: &base,
         environment: c.shared.env.protection().sandbox(),
         handles: c.session.fs(),
         reaper: &c.shared.reaper,

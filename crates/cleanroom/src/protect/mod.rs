@@ -456,6 +456,9 @@ impl fmt::Display for ProtectionStatus {
 pub struct Protection {
     status: ProtectionStatus,
     sandbox: Option<Sandbox>,
+    /// The policy the sandbox was compiled from, its rules as named (for
+    /// [`Protection::renewed`]).
+    policy: Option<Policy>,
     /// Where a nested run keeps its roots and its user locks.
     nested: Option<Nested>,
 }
@@ -526,6 +529,7 @@ impl Protection {
         Ok(Protection {
             status,
             sandbox,
+            policy,
             nested,
         })
     }
@@ -608,6 +612,49 @@ impl Protection {
         Ok(self.with_sandbox(sandbox))
     }
 
+    /// This established policy ([`Protection::established`]) compiled afresh, now, for one
+    /// more command: a sandbox to install [`Sandbox::within`] this protection's sandbox (or its
+    /// [`Protection::for_process`]'s), never alone (it has no namespace). Its rules are the ones [`Protection::prepare`] built, as
+    /// named (a toolchain home, a configuration file, the working directory), resolved now in
+    /// the established namespaces: a path that did not exist when the namespaces were set up and
+    /// exists now, a symlink repointed since, a bind mount of a protected path made since, are
+    /// ruled as by a protection prepared now; the ruleset of the established sandbox holds what
+    /// the paths were when it was built. The namespaces, and the rules beneath the private
+    /// directories (their mounts), stay the established ones, and each private directory stays
+    /// writable.
+    ///
+    /// `None` when there is nothing to renew: no kernel policy, or one that is not established
+    /// (each command then sets up namespaces of its own from the plan [`Protection::prepare`]
+    /// compiled). Errors as [`Sandbox::compile`]'s.
+    pub fn renewed(&self) -> Result<Option<Sandbox>> {
+        match (&self.sandbox, &self.policy) {
+            (Some(sandbox), Some(policy)) if self.status.mode != ProtectMode::Off => {
+                sandbox.renewed(policy)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The rules this protection enforces on a command [`Protection::renewed`] now (canonical,
+    /// existing; without the places where a mount shows a rule's object again, which a policy
+    /// compiled on top of them adds itself): for a policy built on top of them per command or
+    /// per call. For a protection that is not established, or off, the rules of its status.
+    pub fn rules_now(&self) -> Result<Vec<(PathBuf, Access)>> {
+        let renewed = match (&self.sandbox, &self.policy) {
+            (Some(sandbox), Some(policy)) if self.status.mode != ProtectMode::Off => {
+                sandbox.rules_now(policy)?
+            }
+            _ => None,
+        };
+        Ok(renewed.unwrap_or_else(|| {
+            let rules = self.status.policy.iter();
+            rules
+                .filter(|r| r.enforced_by != EnforcedBy::Absent && r.alias_of.is_none())
+                .map(|r| (r.path.clone(), r.access))
+                .collect()
+        }))
+    }
+
     /// This established policy for a command started in `cwd` (canonical): where `cwd` and its
     /// project root lie beneath the shared private `/tmp` or `/var/tmp`, the command binds the
     /// host's trees there, at the access the policy gives them (a process of the exec-server
@@ -679,6 +726,7 @@ impl Protection {
         Protection {
             status,
             sandbox,
+            policy: self.policy.clone(),
             nested: self.nested.clone(),
         }
     }

@@ -300,6 +300,96 @@ impl Sandbox {
         builder.finish()
     }
 
+    /// `policy`, the policy this established sandbox ([`Sandbox::established`], perhaps
+    /// [`Sandbox::binding`] paths) was compiled from, compiled afresh now for one more child:
+    /// its rules canonicalized, its aliases found, its cover listed and its Landlock grants
+    /// opened now, in the established namespaces ([`Sandbox::view`]), so a path created,
+    /// repointed or mounted since the namespaces were set up is ruled as a sandbox compiled now
+    /// would rule it. The sandbox returned is to be installed inside this one
+    /// ([`Sandbox::within`] it, or its [`Sandbox::binding`]): the child joins the established
+    /// namespaces (their private `/dev/shm`, `/tmp`, `/var/tmp` and IPC namespace, and the
+    /// mounts made there once) and restricts itself with the fresh rules; the rules beneath the
+    /// private directories stay the established mounts', and each private directory is
+    /// writable, as in the established sandbox (alone, it has no namespace: its private
+    /// directories' rules would name the host's). `None` for a sandbox that is not established
+    /// (its children set everything up from the plan compiled once).
+    ///
+    /// Errors: as [`Sandbox::compile`]'s; [`Error::Unsupported`] when the rules now narrow a
+    /// path that only a mount could narrow (a policy not compiled with [`Narrowing::Cover`]).
+    pub(super) fn renewed(&self, policy: &Policy) -> Result<Option<Sandbox>> {
+        let Some(dirs) = self.established_dirs() else {
+            return Ok(None);
+        };
+        let view = self.view();
+        let mut rules = rules_inside(policy, &dirs, &view, true)?;
+        let fresh: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+        if compile::has_narrowing(&rules) && policy.narrowing != Narrowing::Cover {
+            return Err(Error::Unsupported {
+                what: "a renewed policy that narrows paths by mounts",
+                reason: "the established namespaces' children narrow host paths with Landlock \
+                         alone"
+                    .into(),
+            });
+        }
+        let mut inner = policy.clone();
+        inner.view = view;
+        inner.network = Network::Host;
+        inner.private_dev_shm = false;
+        inner.private_tmp = None;
+        inner.private_ipc = false;
+        let mut builder = Builder::new(Network::Host, false);
+        builder.fresh = dirs.clone();
+        match super::landlock_support() {
+            Ok(abi) => builder.landlock(&inner, abi, std::mem::take(&mut rules), false, &fresh)?,
+            Err(reason) => builder.without_landlock(&inner, reason, std::mem::take(&mut rules))?,
+        }
+        builder.finish().map(Some)
+    }
+
+    /// The rules `policy` (this established sandbox's, as for [`Sandbox::renewed`]) gives now:
+    /// canonical, existing, without the places a mount shows a rule's object again; those
+    /// beneath the private directories as established. `None` for a sandbox that is not
+    /// established.
+    pub(super) fn rules_now(&self, policy: &Policy) -> Result<Option<Vec<(PathBuf, Access)>>> {
+        let Some(dirs) = self.established_dirs() else {
+            return Ok(None);
+        };
+        let rules = rules_inside(policy, &dirs, &self.view(), false)?;
+        let beneath = self.status.rules.iter().filter(|r| {
+            r.enforced_by != EnforcedBy::Absent
+                && r.alias_of.is_none()
+                && dirs.iter().any(|d| r.path.starts_with(d) && r.path != *d)
+        });
+        let mut out: Vec<(PathBuf, Access)> = rules
+            .into_iter()
+            .filter(|r| r.dir.is_some())
+            .map(|r| (r.path, r.access))
+            .collect();
+        out.extend(beneath.map(|r| (r.path.clone(), r.access)));
+        Ok(Some(out))
+    }
+
+    /// The private directories of this established sandbox that got a writable rule of their
+    /// own when it was compiled (its private `/dev/shm`, `/tmp`, `/var/tmp` and `/dev/mqueue`:
+    /// every fresh mount but a fresh `/sys`, whose rule is the policy's); `None` when it is not
+    /// established.
+    fn established_dirs(&self) -> Option<Vec<PathBuf>> {
+        let outer = match &self.plan {
+            Steps::Join(outer)
+            | Steps::Within {
+                outer, inner: None, ..
+            } => outer,
+            _ => return None,
+        };
+        let dirs = outer
+            .private_dirs
+            .iter()
+            .map(|dir| PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes())))
+            .filter(|dir| !(self.status.fresh_sysfs && dir == Path::new("/sys")))
+            .collect();
+        Some(dirs)
+    }
+
     /// What the sandbox applies.
     pub fn status(&self) -> &SandboxStatus {
         &self.status
@@ -1059,6 +1149,35 @@ impl Builder {
             self.host_paths,
         ))
     }
+}
+
+/// `policy`'s rules canonicalized now in `view` (with their aliases when `aliases`), but
+/// for those beneath the private directories `dirs`, with a writable rule on each of them
+/// and the device files' (as [`Sandbox::compile`] adds them).
+fn rules_inside(
+    policy: &Policy,
+    dirs: &[PathBuf],
+    view: &View,
+    aliases: bool,
+) -> Result<Vec<CanonicalRule>> {
+    let mut rules = compile::canonical_rules(&policy.rules, view)?;
+    if aliases {
+        aliases::add_aliases(&mut rules, MountTable::read().as_ref(), view, &[]);
+    }
+    for dir in dirs {
+        compile::split_beneath(&mut rules, dir);
+    }
+    let fresh: Vec<(&Path, &str)> = dirs
+        .iter()
+        .map(|dir| {
+            (
+                dir.as_path(),
+                "private directory of this cleanroom (established)",
+            )
+        })
+        .collect();
+    compile::add_default_rules(&mut rules, &fresh, view)?;
+    Ok(rules)
 }
 
 /// Where the host's mqueue filesystem is mounted, and where a private IPC namespace's goes.

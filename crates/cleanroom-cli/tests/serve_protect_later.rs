@@ -1,0 +1,246 @@
+//! `cleanroom serve --protect home` rules a protected path where it is when a process starts or
+//! an `fs/*` call comes, not where it was when the server started: a toolchain home named by
+//! its variable (`CARGO_HOME`) that the host creates after the start is read-only to a process
+//! started without a sandbox of its own and to an `fs/writeFile`, and one whose symlink the host
+//! repoints after the start (`RUSTUP_HOME`) is read-only at its new target, and so is one the
+//! host binds elsewhere after the start; under `--protect strict` the processes confined so
+//! still write the shared private `/tmp` and `/dev/shm`. Checked with real
+//! processes and calls over a real WebSocket; the server's established namespaces (one private
+//! `/dev/shm`, `/tmp`) are kept, so the processes still share them.
+
+mod serve_support;
+#[path = "../../cleanroom/tests/support/skip.rs"]
+mod skip;
+
+use std::path::Path;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use serde_json::{json, Value};
+use serve_support::{uri, Client, Server};
+
+/// A bash line that tries to create `path` and says `<tag>:ok` or `<tag>:denied`.
+fn try_write(tag: &str, path: &Path) -> String {
+    format!(
+        "if ( echo x > '{}' ) 2>/dev/null; then echo {tag}:ok; else echo {tag}:denied; fi\n",
+        path.display()
+    )
+}
+
+/// `fs/writeFile` of `path` without a sandbox of its own.
+async fn write_file(c: &mut Client, path: &Path) -> Result<Value, (i64, String)> {
+    c.call(
+        "fs/writeFile",
+        json!({"path": uri(path), "dataBase64": BASE64.encode("x")}),
+    )
+    .await
+}
+
+/// Whether the server's protection is fully enforced (else the test records a skip).
+async fn enforced(c: &mut Client) -> bool {
+    let info = c.call("environment/info", json!({})).await.unwrap();
+    let enforcement = &info["cleanroom"]["protection"]["enforcement"];
+    if enforcement != "full" {
+        skip::skip(&format!(
+            "--protect home is not fully enforced: {enforcement}"
+        ));
+        return false;
+    }
+    true
+}
+
+/// A toolchain home absent at the start and created afterwards is read-only (its `bin/` too) to
+/// a process without a sandbox of its own and to `fs/writeFile`; a directory beside it stays
+/// writable. Fails where the server keeps the ruleset or the rules it built at the start (the
+/// home was absent then: nothing was protected there).
+#[tokio::test]
+async fn a_toolchain_home_created_after_the_start_is_read_only() {
+    let server = Server::start_prepared(&["--protect", "home"], false, |work, command| {
+        std::fs::create_dir(work.join("sibling")).unwrap();
+        command.env("CARGO_HOME", work.join("cargo"));
+    });
+    let work = server.work();
+    let mut c = server.client().await;
+    if !enforced(&mut c).await {
+        server.stop();
+        return;
+    }
+    let cargo = work.join("cargo");
+    assert!(!cargo.exists());
+    std::fs::create_dir_all(cargo.join("bin")).unwrap();
+    let script = [
+        try_write("bin", &cargo.join("bin/f")),
+        try_write("home", &cargo.join("g")),
+        // Not directly in the work dir: the cover leaves nothing new to be made in the
+        // directories above a protected path.
+        try_write("work", &work.join("sibling/other")),
+    ]
+    .concat();
+    let (started, out, code) = c.run("later", &work, Value::Null, &script).await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp", "{started}");
+    assert_eq!(code, 0, "{out}");
+    let mut failures = Vec::new();
+    for expected in ["bin:denied", "home:denied", "work:ok"] {
+        if !out.contains(expected) {
+            failures.push(format!("process: {expected} not in {out:?}"));
+        }
+    }
+    let refused = write_file(&mut c, &cargo.join("bin/w")).await;
+    if refused.is_ok() {
+        failures.push(format!(
+            "fs/writeFile into the later CARGO_HOME: {refused:?}"
+        ));
+    }
+    write_file(&mut c, &work.join("sibling/w"))
+        .await
+        .expect("fs/writeFile outside the toolchain home");
+    assert!(failures.is_empty(), "{failures:#?}");
+    for made in ["bin/f", "g", "bin/w"] {
+        assert!(!cargo.join(made).exists(), "{made}");
+    }
+    server.stop();
+}
+
+/// A toolchain home named through a symlink that the host repoints after the start is
+/// read-only at its new target, to a process without a sandbox of its own and to
+/// `fs/writeFile`. Fails where the server keeps the start's rules (they protect the old
+/// target).
+#[tokio::test]
+async fn a_toolchain_home_repointed_after_the_start_is_read_only_at_its_new_target() {
+    let server = Server::start_prepared(&["--protect", "home"], false, |work, command| {
+        // Both exist from the start, so the start's cover grants `new` (writable then).
+        std::fs::create_dir(work.join("old")).unwrap();
+        std::fs::create_dir(work.join("new")).unwrap();
+        std::os::unix::fs::symlink("old", work.join("rustup")).unwrap();
+        command.env("RUSTUP_HOME", work.join("rustup"));
+    });
+    let work = server.work();
+    let mut c = server.client().await;
+    if !enforced(&mut c).await {
+        server.stop();
+        return;
+    }
+    let new = work.join("new");
+    let link = work.join("rustup");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("new", &link).unwrap();
+    let script = [
+        try_write("new", &new.join("f")),
+        try_write("link", &link.join("g")),
+    ]
+    .concat();
+    let (_, out, code) = c.run("repointed", &work, Value::Null, &script).await;
+    assert_eq!(code, 0, "{out}");
+    let mut failures = Vec::new();
+    for expected in ["new:denied", "link:denied"] {
+        if !out.contains(expected) {
+            failures.push(format!("process: {expected} not in {out:?}"));
+        }
+    }
+    let refused = write_file(&mut c, &new.join("w")).await;
+    if refused.is_ok() {
+        failures.push(format!("fs/writeFile into the new target: {refused:?}"));
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    for made in ["f", "g", "w"] {
+        assert!(!new.join(made).exists(), "{made}");
+    }
+    server.stop();
+}
+
+/// Under `--protect strict` a process without a sandbox of its own, confined by the rules
+/// compiled for it, still writes the environment's private `/tmp` and `/dev/shm` (shared: a
+/// second process reads what the first left there, which the host's do not show) and nothing
+/// else of the work dir, even a directory made after the start.
+#[tokio::test]
+async fn strict_processes_keep_the_shared_private_dirs_writable_and_the_rest_read_only() {
+    let server = Server::start(&["--protect", "strict"]);
+    let work = server.work();
+    let mut c = server.client().await;
+    if !enforced(&mut c).await {
+        server.stop();
+        return;
+    }
+    std::fs::create_dir(work.join("later")).unwrap();
+    let tag = format!("cleanroom-later-{}", std::process::id());
+    let script = [
+        try_write("tmp", &Path::new("/tmp").join(&tag)),
+        try_write("shm", &Path::new("/dev/shm").join(&tag)),
+        try_write("later", &work.join("later/f")),
+    ]
+    .concat();
+    let (started, out, _) = c.run("strict", &work, Value::Null, &script).await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp", "{started}");
+    for expected in ["tmp:ok", "shm:ok", "later:denied"] {
+        assert!(out.contains(expected), "{expected} in {out:?}");
+    }
+    let read = format!("cat /tmp/{tag} /dev/shm/{tag}\n");
+    let (_, out, code) = c.run("again", &work, Value::Null, &read).await;
+    assert_eq!((code, out.as_str()), (0, "x\nx\n"), "{out}");
+    for host in ["/tmp", "/dev/shm"] {
+        assert!(!Path::new(host).join(&tag).exists(), "{host} is the host's");
+    }
+    assert!(!work.join("later/f").exists());
+    server.stop();
+}
+
+/// A bind mount of a protected toolchain home that the host makes after the start is read-only
+/// at its new place too, to a process without a sandbox of its own and to `fs/writeFile`. Fails
+/// where processes keep the ruleset built at the start (it granted the directory holding the
+/// mount point whole: Landlock looks past a mount point to its parent). Root only: the server
+/// runs in a mount namespace of its own, where the test mounts.
+#[tokio::test]
+async fn a_bind_mount_of_a_toolchain_home_made_after_the_start_is_read_only() {
+    if !skip::root_or_skip("a bind mount made after the start") {
+        return;
+    }
+    let server = Server::start_in_mount_namespace(
+        &["--protect", "home"],
+        false,
+        |work, command| {
+            for dir in ["cargo/bin", "granted/alias", "sibling"] {
+                std::fs::create_dir_all(work.join(dir)).unwrap();
+            }
+            command.env("CARGO_HOME", work.join("cargo"));
+        },
+        // Shared, so a mount made once the server runs reaches its environment too.
+        |_| "mount --make-rshared /".to_string(),
+    );
+    let work = server.work();
+    let mut c = server.client().await;
+    if !enforced(&mut c).await {
+        server.stop();
+        return;
+    }
+    let (cargo, alias) = (work.join("cargo"), work.join("granted/alias"));
+    let mounted = std::process::Command::new("nsenter")
+        .arg(format!("--mount=/proc/{}/ns/mnt", server.pid()))
+        .args(["mount", "--bind"])
+        .args([&cargo, &alias])
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let script = [
+        try_write("alias", &alias.join("bin/f")),
+        try_write("cargo", &cargo.join("bin/f")),
+        try_write("work", &work.join("sibling/f")),
+    ]
+    .concat();
+    let (_, out, code) = c.run("bound", &work, Value::Null, &script).await;
+    assert_eq!(code, 0, "{out}");
+    let mut failures = Vec::new();
+    for expected in ["alias:denied", "cargo:denied", "work:ok"] {
+        if !out.contains(expected) {
+            failures.push(format!("process: {expected} not in {out:?}"));
+        }
+    }
+    let refused = write_file(&mut c, &alias.join("bin/w")).await;
+    if refused.is_ok() {
+        failures.push(format!("fs/writeFile through the bind: {refused:?}"));
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    for made in ["bin/f", "bin/w"] {
+        assert!(!cargo.join(made).exists(), "{made}");
+    }
+    server.stop();
+}
