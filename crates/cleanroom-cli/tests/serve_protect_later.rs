@@ -17,7 +17,7 @@ use std::path::Path;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
-use serve_support::{uri, Client, Server};
+use serve_support::{uri, workspace_write, Client, Server};
 
 /// A bash line that tries to create `path` and says `<tag>:ok` or `<tag>:denied`.
 fn try_write(tag: &str, path: &Path) -> String {
@@ -242,5 +242,95 @@ async fn a_bind_mount_of_a_toolchain_home_made_after_the_start_is_read_only() {
     for made in ["bin/f", "bin/w"] {
         assert!(!cargo.join(made).exists(), "{made}");
     }
+    server.stop();
+}
+
+/// A writable name a process of the environment can repoint (the server's working directory,
+/// an output directory named by `CARGO_TARGET_DIR` that is absent at the start) made a symlink
+/// into the protected home by a process without a sandbox: neither a later process (without a
+/// sandbox, or with a managed one over the planted name) nor an `fs/writeFile` writes through
+/// it. The rules resolved at each start sit on top of the environment's start-time ruleset,
+/// which the kernel keeps as a layer beneath them (reviewer's finding: with the renewed rules
+/// alone, each of them wrote into the home).
+async fn repointed_writable_name(plant: &str, env: &'static [(&str, &str)], planted: &str) {
+    let server = Server::start_prepared(&["--protect", "home"], false, |work, command| {
+        std::fs::create_dir_all(work.join("home/.ssh")).unwrap();
+        std::fs::create_dir_all(work.join("a/proj")).unwrap();
+        command.env("HOME", work.join("home"));
+        for (var, path) in env {
+            command.env(var, work.join(path));
+        }
+        command.current_dir(work.join("a/proj"));
+    });
+    let work = server.work();
+    let mut c = server.client().await;
+    if !enforced(&mut c).await {
+        server.stop();
+        return;
+    }
+    let (a, ssh) = (work.join("a"), work.join("home/.ssh"));
+    let (_, out, code) = c.run("plant", &a, Value::Null, plant).await;
+    assert_eq!((code, out.trim()), (0, "planted"), "the planting process");
+    let (_, out, _) = c
+        .run("null", &a, Value::Null, &try_write("null", &ssh.join("f1")))
+        .await;
+    assert!(out.contains("null:denied"), "{out}");
+    let fs = write_file(&mut c, &ssh.join("f2")).await;
+    assert!(fs.is_err(), "fs/writeFile through the planted name: {fs:?}");
+    for (id, cwd, file) in [
+        ("managed", a.clone(), "f3"),
+        ("over", work.join(planted), "f4"),
+    ] {
+        let script = try_write(id, &ssh.join(file));
+        let (_, out, _) = c.run(id, &a, workspace_write(&cwd), &script).await;
+        assert!(out.contains(&format!("{id}:denied")), "{out}");
+    }
+    let made: Vec<_> = std::fs::read_dir(&ssh).unwrap().collect();
+    assert!(made.is_empty(), "written into the protected home: {made:?}");
+    server.stop();
+}
+
+#[tokio::test]
+async fn a_working_directory_replaced_by_a_symlink_into_the_home_grants_nothing_there() {
+    let plant = "mv proj proj.old && ln -s ../home/.ssh proj && echo planted\n";
+    repointed_writable_name(plant, &[], "a/proj").await;
+}
+
+#[tokio::test]
+async fn an_output_directory_planted_as_a_symlink_into_the_home_grants_nothing_there() {
+    let plant = "ln -s ../home/.ssh target && echo planted\n";
+    repointed_writable_name(plant, &[("CARGO_TARGET_DIR", "a/target")], "a/target").await;
+}
+
+/// A toolchain home the host moves aside (and replaces with a new directory) after the start
+/// stays read-only where it went, as the new one is: the start's ruleset still holds it.
+#[tokio::test]
+async fn a_toolchain_home_moved_aside_after_the_start_stays_read_only() {
+    let server = Server::start_prepared(&["--protect", "home"], false, |work, command| {
+        std::fs::create_dir_all(work.join("a/rustup/bin")).unwrap();
+        command.env("RUSTUP_HOME", work.join("a/rustup"));
+    });
+    let work = server.work();
+    let mut c = server.client().await;
+    if !enforced(&mut c).await {
+        server.stop();
+        return;
+    }
+    let (home, old) = (work.join("a/rustup"), work.join("a/rustup.old"));
+    std::fs::rename(&home, &old).unwrap();
+    std::fs::create_dir_all(home.join("bin")).unwrap();
+    let script = [
+        try_write("old", &old.join("bin/f")),
+        try_write("new", &home.join("bin/f")),
+    ]
+    .concat();
+    let (_, out, _) = c.run("aside", &work, Value::Null, &script).await;
+    assert!(
+        out.contains("old:denied") && out.contains("new:denied"),
+        "{out}"
+    );
+    let fs = write_file(&mut c, &old.join("bin/w")).await;
+    assert!(fs.is_err(), "fs/writeFile into the moved home: {fs:?}");
+    assert!(!old.join("bin/f").exists() && !old.join("bin/w").exists());
     server.stop();
 }

@@ -77,19 +77,20 @@ pub async fn call(method: &str, params: &Value, cx: &Context<'_>) -> Result<Valu
     let reach = Reach::of(sandbox.as_ref(), view);
     if let Op::Open { handle, path } = op {
         handles.check_new(&handle)?;
-        let file = policy::on_thread(sandbox, move || ops::open(&path, &reach)).await?;
+        let file =
+            policy::on_thread(sandbox, cx.environment, move || ops::open(&path, &reach)).await?;
         return handles
             .insert(handle.clone(), file)
             .map(|()| json!({"handleId": handle}));
     }
     if !op.mutates() {
-        return policy::on_thread(sandbox, move || op.run(&reach)).await;
+        return policy::on_thread(sandbox, cx.environment, move || op.run(&reach)).await;
     }
     let covered = sandbox
         .as_ref()
         .map(|s| s.status().no_new_entries_in.clone())
         .unwrap_or_default();
-    let for_child = policy::on_thread(sandbox, move || {
+    let for_child = policy::on_thread(sandbox, cx.environment, move || {
         let plan = op.plan(&reach)?;
         if plan.changes_any(&covered) {
             return Ok(Some(plan));

@@ -251,12 +251,15 @@ fn reads_everything(rules: &[cleanroom::protect::Rule]) -> bool {
     policy.access(Path::new("/")) >= Access::Read && rules.iter().all(|r| r.access >= Access::Read)
 }
 
-/// Runs `f` on a new thread that first confines itself with `sandbox` (Landlock restricts only
-/// the calling thread, so the server keeps its own rights); the thread ends with the call and
-/// its domain with it. Without a sandbox `f` runs on the blocking pool (its threads are never
-/// confined).
+/// Runs `f` on a new thread that first confines itself with the established ruleset of
+/// `environment` (if any) and then with `sandbox` (Landlock restricts only the calling thread,
+/// so the server keeps its own rights; the two layers allow only what both allow, so a call's
+/// rules resolved now can narrow the environment's start-time rules, never widen them); the
+/// thread ends with the call and its domain with it. Without a sandbox `f` runs on the blocking
+/// pool (its threads are never confined).
 pub async fn on_thread<T: Send + 'static>(
     sandbox: Option<Sandbox>,
+    environment: Option<&Sandbox>,
     f: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
 ) -> Result<T, RpcError> {
     if sandbox.is_none() {
@@ -265,15 +268,21 @@ pub async fn on_thread<T: Send + 'static>(
             .map_err(|e| RpcError::internal(format!("the filesystem task failed: {e}")))?;
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let environment = environment.cloned();
     std::thread::Builder::new()
         .name("cleanroom-fs".into())
         .spawn(move || {
-            let confined = match sandbox.as_ref().and_then(Sandbox::child_hook) {
-                Some(hook) => hook().map_err(|e| {
-                    RpcError::internal(format!("cannot confine the filesystem call: {e}"))
-                }),
-                None => Ok(()),
-            };
+            let beneath = environment
+                .as_ref()
+                .map_or(Ok(()), Sandbox::restrict_thread_to_established);
+            let confined =
+                beneath.and_then(|()| match sandbox.as_ref().and_then(Sandbox::child_hook) {
+                    Some(hook) => hook(),
+                    None => Ok(()),
+                });
+            let confined = confined.map_err(|e| {
+                RpcError::internal(format!("cannot confine the filesystem call: {e}"))
+            });
             let _ = tx.send(confined.and_then(|()| f()));
         })
         .map_err(|e| RpcError::internal(format!("cannot start a filesystem thread: {e}")))?;

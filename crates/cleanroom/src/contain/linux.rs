@@ -22,6 +22,7 @@ pub(crate) use watchdog::{COMM as WATCHDOG_COMM, TITLE_PREFIX as WATCHDOG_TITLE_
 
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -225,33 +226,33 @@ fn cgroup2_mounts_in(mountinfo: &str) -> Vec<PathBuf> {
             before
                 .split(' ')
                 .nth(4)
-                .map(|p| PathBuf::from(unescape_mountinfo(p)))
+                .map(|p| unescape_mountinfo(p.as_bytes()))
         })
         .collect()
 }
 
-/// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo field.
-pub(crate) fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
+/// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo path field, byte for byte
+/// (a path that is not UTF-8 stays the path it is).
+pub(crate) fn unescape_mountinfo(field: &[u8]) -> PathBuf {
+    let mut out = Vec::with_capacity(field.len());
     let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
+    while i < field.len() {
+        if field[i] == b'\\'
+            && i + 3 < field.len()
+            && field[i + 1..i + 4]
                 .iter()
                 .all(|b| (b'0'..=b'7').contains(b))
         {
             let value =
-                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+                (field[i + 1] - b'0') * 64 + (field[i + 2] - b'0') * 8 + (field[i + 3] - b'0');
             out.push(value);
             i += 4;
         } else {
-            out.push(bytes[i]);
+            out.push(field[i]);
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// The cgroup v2 directory this process lives in, if cgroup2 is mounted.

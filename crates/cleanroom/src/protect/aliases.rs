@@ -48,7 +48,7 @@ impl MountTable {
     /// which changes where that mount shows; a table kept across such a rename would grant by
     /// paths that no longer show what they showed.
     pub fn read() -> std::io::Result<MountTable> {
-        let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let text = std::fs::read("/proc/self/mountinfo")?;
         Ok(MountTable::parse(&text))
     }
 
@@ -80,16 +80,17 @@ impl MountTable {
         top
     }
 
-    fn parse(text: &str) -> MountTable {
+    /// The table in `text` (mountinfo's bytes: a mount point need not be UTF-8).
+    fn parse(text: &[u8]) -> MountTable {
         let mounts = text
-            .lines()
+            .split(|&b| b == b'\n')
             .filter_map(|line| {
-                let mut fields = line.split(' ');
-                let id = fields.next()?.parse().ok()?;
+                let mut fields = line.split(|&b| b == b' ');
+                let id = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
                 let _parent = fields.next()?;
-                let device = fields.next()?.to_string();
-                let root = PathBuf::from(crate::contain::unescape_mountinfo(fields.next()?));
-                let point = PathBuf::from(crate::contain::unescape_mountinfo(fields.next()?));
+                let device = String::from_utf8_lossy(fields.next()?).into_owned();
+                let root = crate::contain::unescape_mountinfo(fields.next()?);
+                let point = crate::contain::unescape_mountinfo(fields.next()?);
                 Some(Mount {
                     id,
                     device,
@@ -159,7 +160,10 @@ pub(super) fn add_aliases(
     let table = match table {
         Ok(table) => table,
         Err(e) => {
-            tracing::debug!("cannot read /proc/self/mountinfo: {e}");
+            tracing::warn!(
+                "cannot read /proc/self/mountinfo ({e}): places where a mount shows a protected \
+                 path again are not ruled"
+            );
             return;
         }
     };
@@ -241,7 +245,7 @@ mod tests {
     #[test]
     fn the_mount_table_is_read_with_escapes_and_the_deepest_mount_wins() {
         let table = MountTable::parse(
-            "22 1 8:1 / / rw - ext4 /dev/vda rw\n\
+            b"22 1 8:1 / / rw - ext4 /dev/vda rw\n\
              30 22 8:1 /home /data/h rw - ext4 /dev/vda rw\n\
              31 22 0:40 / /data/with\\040space rw - tmpfs tmpfs rw\n",
         );
@@ -259,6 +263,22 @@ mod tests {
         };
         assert_eq!(inside("/data/h/u/x"), Path::new("/home/u/x"));
         assert_eq!(inside("/data/with space"), Path::new("/"));
+    }
+
+    /// A mount point that is not UTF-8 (a user's FUSE mount) is read as the bytes it is, and
+    /// the rest of the table with it: reading it as text failed the whole table before.
+    #[test]
+    fn a_mount_point_that_is_not_utf8_is_read_as_its_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let table = MountTable::parse(
+            b"22 1 8:1 / / rw - ext4 /dev/vda rw\n\
+              31 22 0:40 / /d/x\xffy rw - tmpfs tmpfs rw\n\
+              32 22 0:41 / /d/x\xffy/sub rw - tmpfs tmpfs rw\n",
+        );
+        let point = std::ffi::OsStr::from_bytes(b"/d/x\xffy");
+        assert_eq!(table.mounts[1].point.as_os_str(), point);
+        let top = table.top_submounts_of(Path::new("/d"));
+        assert_eq!(top, vec![PathBuf::from(point)]);
     }
 
     /// Runs the ignored test `name` of this module in a process of its own with a private mount

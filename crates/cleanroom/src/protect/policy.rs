@@ -390,6 +390,15 @@ impl Sandbox {
         Some(dirs)
     }
 
+    /// Restricts the calling thread with this established sandbox's Landlock ruleset alone (no
+    /// namespace joined, no capability dropped), for a thread that reaches the established
+    /// namespaces through a [`View`] and then restricts itself with a policy of its own (an
+    /// `fs/*` call): the kernel allows it only what both allow. Nothing for a sandbox that is
+    /// not established. Landlock restricts the calling thread only, for good.
+    pub fn restrict_thread_to_established(&self) -> io::Result<()> {
+        self.plan.restrict_established()
+    }
+
     /// What the sandbox applies.
     pub fn status(&self) -> &SandboxStatus {
         &self.status

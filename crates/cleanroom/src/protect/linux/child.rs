@@ -384,16 +384,31 @@ impl Steps {
                 outer,
                 inner: Some(inner),
                 ..
-            } => match &inner.landlock {
-                Some(landlock) => {
-                    enforce(&build_ruleset(landlock, &open_path, &outer.private_dirs)?)
+            } => {
+                // The established ruleset stays a layer beneath the inner one: the kernel allows
+                // only what both allow, so an inner policy resolved later (a path renamed or
+                // repointed since the namespaces were set up) can narrow, never widen.
+                self.restrict_established()?;
+                match &inner.landlock {
+                    Some(landlock) => {
+                        enforce(&build_ruleset(landlock, &open_path, &outer.private_dirs)?)
+                    }
+                    None => Ok(()),
                 }
-                None => Ok(()),
-            },
+            }
+            Steps::Join(_) | Steps::Within { .. } => self.restrict_established(),
+        }
+    }
+
+    /// Restricts the calling thread with the established ruleset of joined steps (`Join`,
+    /// `Within`), if it has one; nothing for `Own`. Raw system calls only.
+    pub fn restrict_established(&self) -> io::Result<()> {
+        match self {
             Steps::Join(outer) | Steps::Within { outer, .. } => match &outer.ruleset {
                 Some(ruleset) => enforce(ruleset),
                 None => Ok(()),
             },
+            Steps::Own(_) => Ok(()),
         }
     }
 
