@@ -12,7 +12,7 @@ mod serve_support;
 #[path = "../../cleanroom/tests/support/skip.rs"]
 mod skip;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -49,6 +49,36 @@ async fn enforced(c: &mut Client) -> bool {
     true
 }
 
+/// Runs one process without a sandbox in `cwd` that tries each of `writes` (a tag, a path, and
+/// whether the write must succeed), then an `fs/writeFile` of `refused` that must fail (`what`
+/// names it); every expectation missed, for one assertion.
+async fn misses(
+    c: &mut Client,
+    cwd: &Path,
+    writes: &[(&str, PathBuf, bool)],
+    (refused, what): (&Path, &str),
+) -> Vec<String> {
+    let script: String = writes
+        .iter()
+        .map(|(tag, path, _)| try_write(tag, path))
+        .collect();
+    let (started, out, code) = c.run("writes", cwd, Value::Null, &script).await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp", "{started}");
+    assert_eq!(code, 0, "{out}");
+    let mut failures = Vec::new();
+    for (tag, _, allowed) in writes {
+        let expected = format!("{tag}:{}", if *allowed { "ok" } else { "denied" });
+        if !out.contains(&expected) {
+            failures.push(format!("process: {expected} not in {out:?}"));
+        }
+    }
+    let written = write_file(c, refused).await;
+    if written.is_ok() {
+        failures.push(format!("fs/writeFile {what}: {written:?}"));
+    }
+    failures
+}
+
 /// A toolchain home absent at the start and created afterwards is read-only (its `bin/` too) to
 /// a process without a sandbox of its own and to `fs/writeFile`; a directory beside it stays
 /// writable. Fails where the server keeps the ruleset or the rules it built at the start (the
@@ -68,29 +98,21 @@ async fn a_toolchain_home_created_after_the_start_is_read_only() {
     let cargo = work.join("cargo");
     assert!(!cargo.exists());
     std::fs::create_dir_all(cargo.join("bin")).unwrap();
-    let script = [
-        try_write("bin", &cargo.join("bin/f")),
-        try_write("home", &cargo.join("g")),
+    let writes = [
+        ("bin", cargo.join("bin/f"), false),
+        ("home", cargo.join("g"), false),
         // Not directly in the work dir: the cover leaves nothing new to be made in the
         // directories above a protected path.
-        try_write("work", &work.join("sibling/other")),
-    ]
-    .concat();
-    let (started, out, code) = c.run("later", &work, Value::Null, &script).await;
-    assert_eq!(started["sandboxType"], "linuxSeccomp", "{started}");
-    assert_eq!(code, 0, "{out}");
-    let mut failures = Vec::new();
-    for expected in ["bin:denied", "home:denied", "work:ok"] {
-        if !out.contains(expected) {
-            failures.push(format!("process: {expected} not in {out:?}"));
-        }
-    }
-    let refused = write_file(&mut c, &cargo.join("bin/w")).await;
-    if refused.is_ok() {
-        failures.push(format!(
-            "fs/writeFile into the later CARGO_HOME: {refused:?}"
-        ));
-    }
+        ("work", work.join("sibling/other"), true),
+    ];
+    let refused = cargo.join("bin/w");
+    let failures = misses(
+        &mut c,
+        &work,
+        &writes,
+        (&refused, "into the later CARGO_HOME"),
+    )
+    .await;
     write_file(&mut c, &work.join("sibling/w"))
         .await
         .expect("fs/writeFile outside the toolchain home");
@@ -124,23 +146,12 @@ async fn a_toolchain_home_repointed_after_the_start_is_read_only_at_its_new_targ
     let link = work.join("rustup");
     std::fs::remove_file(&link).unwrap();
     std::os::unix::fs::symlink("new", &link).unwrap();
-    let script = [
-        try_write("new", &new.join("f")),
-        try_write("link", &link.join("g")),
-    ]
-    .concat();
-    let (_, out, code) = c.run("repointed", &work, Value::Null, &script).await;
-    assert_eq!(code, 0, "{out}");
-    let mut failures = Vec::new();
-    for expected in ["new:denied", "link:denied"] {
-        if !out.contains(expected) {
-            failures.push(format!("process: {expected} not in {out:?}"));
-        }
-    }
-    let refused = write_file(&mut c, &new.join("w")).await;
-    if refused.is_ok() {
-        failures.push(format!("fs/writeFile into the new target: {refused:?}"));
-    }
+    let writes = [
+        ("new", new.join("f"), false),
+        ("link", link.join("g"), false),
+    ];
+    let refused = new.join("w");
+    let failures = misses(&mut c, &work, &writes, (&refused, "into the new target")).await;
     assert!(failures.is_empty(), "{failures:#?}");
     for made in ["f", "g", "w"] {
         assert!(!new.join(made).exists(), "{made}");
@@ -220,24 +231,13 @@ async fn a_bind_mount_of_a_toolchain_home_made_after_the_start_is_read_only() {
         .status()
         .unwrap();
     assert!(mounted.success());
-    let script = [
-        try_write("alias", &alias.join("bin/f")),
-        try_write("cargo", &cargo.join("bin/f")),
-        try_write("work", &work.join("sibling/f")),
-    ]
-    .concat();
-    let (_, out, code) = c.run("bound", &work, Value::Null, &script).await;
-    assert_eq!(code, 0, "{out}");
-    let mut failures = Vec::new();
-    for expected in ["alias:denied", "cargo:denied", "work:ok"] {
-        if !out.contains(expected) {
-            failures.push(format!("process: {expected} not in {out:?}"));
-        }
-    }
-    let refused = write_file(&mut c, &alias.join("bin/w")).await;
-    if refused.is_ok() {
-        failures.push(format!("fs/writeFile through the bind: {refused:?}"));
-    }
+    let writes = [
+        ("alias", alias.join("bin/f"), false),
+        ("cargo", cargo.join("bin/f"), false),
+        ("work", work.join("sibling/f"), true),
+    ];
+    let refused = alias.join("bin/w");
+    let failures = misses(&mut c, &work, &writes, (&refused, "through the bind")).await;
     assert!(failures.is_empty(), "{failures:#?}");
     for made in ["bin/f", "bin/w"] {
         assert!(!cargo.join(made).exists(), "{made}");
@@ -271,12 +271,10 @@ async fn repointed_writable_name(plant: &str, env: &'static [(&str, &str)], plan
     let (a, ssh) = (work.join("a"), work.join("home/.ssh"));
     let (_, out, code) = c.run("plant", &a, Value::Null, plant).await;
     assert_eq!((code, out.trim()), (0, "planted"), "the planting process");
-    let (_, out, _) = c
-        .run("null", &a, Value::Null, &try_write("null", &ssh.join("f1")))
-        .await;
-    assert!(out.contains("null:denied"), "{out}");
-    let fs = write_file(&mut c, &ssh.join("f2")).await;
-    assert!(fs.is_err(), "fs/writeFile through the planted name: {fs:?}");
+    let writes = [("null", ssh.join("f1"), false)];
+    let refused = ssh.join("f2");
+    let failures = misses(&mut c, &a, &writes, (&refused, "through the planted name")).await;
+    assert!(failures.is_empty(), "{failures:#?}");
     for (id, cwd, file) in [
         ("managed", a.clone(), "f3"),
         ("over", work.join(planted), "f4"),
@@ -319,18 +317,13 @@ async fn a_toolchain_home_moved_aside_after_the_start_stays_read_only() {
     let (home, old) = (work.join("a/rustup"), work.join("a/rustup.old"));
     std::fs::rename(&home, &old).unwrap();
     std::fs::create_dir_all(home.join("bin")).unwrap();
-    let script = [
-        try_write("old", &old.join("bin/f")),
-        try_write("new", &home.join("bin/f")),
-    ]
-    .concat();
-    let (_, out, _) = c.run("aside", &work, Value::Null, &script).await;
-    assert!(
-        out.contains("old:denied") && out.contains("new:denied"),
-        "{out}"
-    );
-    let fs = write_file(&mut c, &old.join("bin/w")).await;
-    assert!(fs.is_err(), "fs/writeFile into the moved home: {fs:?}");
+    let writes = [
+        ("old", old.join("bin/f"), false),
+        ("new", home.join("bin/f"), false),
+    ];
+    let refused = old.join("bin/w");
+    let failures = misses(&mut c, &work, &writes, (&refused, "into the moved home")).await;
+    assert!(failures.is_empty(), "{failures:#?}");
     assert!(!old.join("bin/f").exists() && !old.join("bin/w").exists());
     server.stop();
 }
