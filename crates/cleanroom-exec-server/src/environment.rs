@@ -308,7 +308,11 @@ fn established(protection: Protection) -> cleanroom::Result<Protection> {
         Ok(shared) => Ok(shared),
         Err(cleanroom::Error::Unsupported { what, reason }) => {
             tracing::warn!(
-                "each process gets namespaces, and a /dev/shm and /tmp, of its own: {what}: {reason}"
+                "each process gets namespaces, and a /dev/shm and /tmp, of its own: {what}: \
+                 {reason}; the --protect rules stay as they were resolved at the start (a \
+                 protected path made, repointed or bound later is not ruled, and a writable \
+                 path a process replaces with a symlink can widen later fs/* calls and \
+                 sandboxes)"
             );
             Ok(protection)
         }
