@@ -180,10 +180,9 @@ impl Confinement {
 
     /// The hook applying this confinement in the child (see [`Sandbox::child_hook`]): the
     /// managed policy or the renewed protection, inside the environment's namespaces (its
-    /// private `/dev/shm`, not the host's: see [`Sandbox::within`]), else the environment's
-    /// `protection`; then the process
-    /// drops what would let it read the server's memory
-    /// ([`crate::sys::hook::keep_out_of_the_server`]).
+    /// private `/dev/shm`, not the host's: see [`Sandbox::within`]) and on top of its ruleset,
+    /// else the environment's `protection`; then the process drops what would let it read the
+    /// server's memory ([`crate::sys::hook::keep_out_of_the_server`]).
     pub fn child_hook(&self, protection: &Protection) -> Option<ChildHook> {
         match (&self.managed, protection.sandbox()) {
             (Some(sandbox), Some(environment)) => {

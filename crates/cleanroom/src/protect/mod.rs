@@ -614,14 +614,15 @@ impl Protection {
 
     /// This established policy ([`Protection::established`]) compiled afresh, now, for one
     /// more command: a sandbox to install [`Sandbox::within`] this protection's sandbox (or its
-    /// [`Protection::for_process`]'s), never alone (it has no namespace). Its rules are the ones [`Protection::prepare`] built, as
-    /// named (a toolchain home, a configuration file, the working directory), resolved now in
-    /// the established namespaces: a path that did not exist when the namespaces were set up and
-    /// exists now, a symlink repointed since, a bind mount of a protected path made since, are
-    /// ruled as by a protection prepared now; the ruleset of the established sandbox holds what
-    /// the paths were when it was built. The namespaces, and the rules beneath the private
-    /// directories (their mounts), stay the established ones, and each private directory stays
-    /// writable.
+    /// [`Protection::for_process`]'s), never alone (it has no namespace). Its rules are the ones
+    /// [`Protection::prepare`] built, as named (a toolchain home, a configuration file, the
+    /// working directory), resolved now in the established namespaces: a path that did not exist
+    /// when the namespaces were set up and exists now, a symlink repointed since, a bind mount of
+    /// a protected path made since, are ruled as by a protection prepared now. The established
+    /// ruleset, which holds what the paths were when it was built, stays a layer beneath it (the
+    /// child allows only what both allow: a name repointed since can narrow, never widen). The
+    /// namespaces, and the rules beneath the private directories (their mounts), stay the
+    /// established ones, and each private directory stays writable.
     ///
     /// `None` when there is nothing to renew: no kernel policy, or one that is not established
     /// (each command then sets up namespaces of its own from the plan [`Protection::prepare`]
