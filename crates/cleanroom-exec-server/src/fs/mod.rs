@@ -62,15 +62,21 @@ pub struct Context<'a> {
     pub reaper: &'a Reaper,
 }
 
-/// Answers the `fs/*` call `method`.
+/// Answers `method` on an open handle of `handles`: `fs/readBlock`, `fs/close` (the policy the
+/// handle was opened under governs it: no other is compiled).
+pub async fn on_handle(method: &str, params: &Value, handles: &Handles) -> Result<Value, RpcError> {
+    let p = Params::new(params)?;
+    match method {
+        "fs/readBlock" => handles.read_block(&p).await,
+        "fs/close" => Ok(handles.close(p.string("handleId")?)),
+        other => Err(RpcError::internal(format!("{other} names no open handle"))),
+    }
+}
+
+/// Answers the `fs/*` call `method` on a path.
 pub async fn call(method: &str, params: &Value, cx: &Context<'_>) -> Result<Value, RpcError> {
     let handles = cx.handles;
     let p = Params::new(params)?;
-    match method {
-        "fs/readBlock" => return handles.read_block(&p).await,
-        "fs/close" => return Ok(handles.close(p.string("handleId")?)),
-        _ => {}
-    }
     let op = Op::parse(method, &p)?;
     let (sandbox, view) = confine(&p, cx, &op).await?;
     let _last = Teardown(view.clone());

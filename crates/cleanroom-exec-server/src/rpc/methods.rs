@@ -76,7 +76,14 @@ fn env_context(shared: &Shared, managed: bool) -> Result<EnvContext<'_>, RpcErro
     })
 }
 
-/// An `fs/*` method (see [`crate::fs`]); the environment's rules are resolved for each call.
+/// An `fs/*` method on an open handle (`fs/readBlock`, `fs/close`): the policy it was opened
+/// under governs it, so nothing is resolved for it.
+pub async fn fs_handle(method: &'static str, c: Call) -> Result<Value, RpcError> {
+    crate::fs::on_handle(method, &c.params, c.session.fs()).await
+}
+
+/// An `fs/*` method on a path (see [`crate::fs`]); the environment's rules are resolved for
+/// each call.
 pub async fn fs(method: &'static str, c: Call) -> Result<Value, RpcError> {
     let base = c.shared.env.policy_base()?;
     let cx = crate::fs::Context {

@@ -173,8 +173,8 @@ pub fn handler(method: &str) -> Option<Handler> {
         "fs/copy" => |c| answer(methods::fs("fs/copy", c)),
         "fs/canonicalize" => |c| answer(methods::fs("fs/canonicalize", c)),
         "fs/open" => |c| answer(methods::fs("fs/open", c)),
-        "fs/readBlock" => |c| answer(methods::fs("fs/readBlock", c)),
-        "fs/close" => |c| answer(methods::fs("fs/close", c)),
+        "fs/readBlock" => |c| answer(methods::fs_handle("fs/readBlock", c)),
+        "fs/close" => |c| answer(methods::fs_handle("fs/close", c)),
         "http/request" => |c| methods::http(c).boxed(),
         _ => return None,
     };

@@ -41,12 +41,11 @@ pub(super) struct MountTable {
 }
 
 impl MountTable {
-    /// The caller's mount table as it is now, read afresh on every call: a compile reads it
-    /// once and uses that one table throughout; a table is never carried from one compile to
-    /// the next: the kernel signals mounts, unmounts and moves on
-    /// `/proc/self/mountinfo` (`POLLPRI`), but not the rename of a directory above a mount point,
-    /// which changes where that mount shows; a table kept across such a rename would grant by
-    /// paths that no longer show what they showed.
+    /// The caller's mount table as it is now. A compile reads it once and uses that one table
+    /// throughout, and never carries it to the next: the kernel signals mounts, unmounts and
+    /// moves on `/proc/self/mountinfo` (`POLLPRI`), but not the rename of a directory above a
+    /// mount point, which changes where that mount shows; a table kept across such a rename
+    /// would grant by paths that no longer show what they showed.
     pub fn read() -> std::io::Result<MountTable> {
         let text = std::fs::read("/proc/self/mountinfo")?;
         Ok(MountTable::parse(&text))

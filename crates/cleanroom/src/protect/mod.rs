@@ -628,11 +628,9 @@ impl Protection {
     /// (each command then sets up namespaces of its own from the plan [`Protection::prepare`]
     /// compiled). Errors as [`Sandbox::compile`]'s.
     pub fn renewed(&self) -> Result<Option<Sandbox>> {
-        match (&self.sandbox, &self.policy) {
-            (Some(sandbox), Some(policy)) if self.status.mode != ProtectMode::Off => {
-                sandbox.renewed(policy)
-            }
-            _ => Ok(None),
+        match self.compiled_from() {
+            Some((sandbox, policy)) => sandbox.renewed(policy),
+            None => Ok(None),
         }
     }
 
@@ -641,19 +639,24 @@ impl Protection {
     /// compiled on top of them adds itself): for a policy built on top of them per command or
     /// per call. For a protection that is not established, or off, the rules of its status.
     pub fn rules_now(&self) -> Result<Vec<(PathBuf, Access)>> {
-        let renewed = match (&self.sandbox, &self.policy) {
-            (Some(sandbox), Some(policy)) if self.status.mode != ProtectMode::Off => {
-                sandbox.rules_now(policy)?
-            }
-            _ => None,
+        let renewed = match self.compiled_from() {
+            Some((sandbox, policy)) => sandbox.rules_now(policy)?,
+            None => None,
         };
         Ok(renewed.unwrap_or_else(|| {
-            let rules = self.status.policy.iter();
-            rules
-                .filter(|r| r.enforced_by != EnforcedBy::Absent && r.alias_of.is_none())
-                .map(|r| (r.path.clone(), r.access))
-                .collect()
+            let rules = self.status.policy.iter().filter(|r| r.is_a_base_rule());
+            rules.map(|r| (r.path.clone(), r.access)).collect()
         }))
+    }
+
+    /// The kernel sandbox of a protection that is on, with the policy it was compiled from.
+    fn compiled_from(&self) -> Option<(&Sandbox, &Policy)> {
+        match (&self.sandbox, &self.policy) {
+            (Some(sandbox), Some(policy)) if self.status.mode != ProtectMode::Off => {
+                Some((sandbox, policy))
+            }
+            _ => None,
+        }
     }
 
     /// This established policy for a command started in `cwd` (canonical): where `cwd` and its

@@ -321,7 +321,7 @@ impl Sandbox {
             return Ok(None);
         };
         let view = self.view();
-        let mut rules = rules_inside(policy, &dirs, &view, true)?;
+        let rules = rules_inside(policy, &dirs, &view, true)?;
         let fresh: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
         if compile::has_narrowing(&rules) && policy.narrowing != Narrowing::Cover {
             return Err(Error::Unsupported {
@@ -340,8 +340,8 @@ impl Sandbox {
         let mut builder = Builder::new(Network::Host, false);
         builder.fresh = dirs.clone();
         match super::landlock_support() {
-            Ok(abi) => builder.landlock(&inner, abi, std::mem::take(&mut rules), false, &fresh)?,
-            Err(reason) => builder.without_landlock(&inner, reason, std::mem::take(&mut rules))?,
+            Ok(abi) => builder.landlock(&inner, abi, rules, false, &fresh)?,
+            Err(reason) => builder.without_landlock(&inner, reason, rules)?,
         }
         builder.finish().map(Some)
     }
@@ -356,9 +356,7 @@ impl Sandbox {
         };
         let rules = rules_inside(policy, &dirs, &self.view(), false)?;
         let beneath = self.status.rules.iter().filter(|r| {
-            r.enforced_by != EnforcedBy::Absent
-                && r.alias_of.is_none()
-                && dirs.iter().any(|d| r.path.starts_with(d) && r.path != *d)
+            r.is_a_base_rule() && dirs.iter().any(|d| r.path.starts_with(d) && r.path != *d)
         });
         let mut out: Vec<(PathBuf, Access)> = rules
             .into_iter()

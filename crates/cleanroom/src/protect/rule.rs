@@ -68,3 +68,11 @@ pub struct AppliedRule {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alias_of: Option<PathBuf>,
 }
+
+impl AppliedRule {
+    /// Whether a policy built on top of these rules takes this one: it is enforced (its object
+    /// exists) and is not an alias the compiler added (see [`AppliedRule::alias_of`]).
+    pub fn is_a_base_rule(&self) -> bool {
+        self.enforced_by != EnforcedBy::Absent && self.alias_of.is_none()
+    }
+}

@@ -261,8 +261,9 @@ pub(super) struct DirPlan {
 }
 
 /// The private directories `request` can have, given the policy's `rules` and the compile's
-/// mount table `mounts`. `Err` is why none can. A directory `request.shared` names stays the host's, and so does one a rule names
-/// exactly (a working directory of `/tmp`), reported in `warnings`.
+/// mount table `mounts`. `Err` is why none can. A directory `request.shared` names stays the
+/// host's, and so does one a rule names exactly (a working directory of `/tmp`), reported in
+/// `warnings`.
 pub(super) fn plan(
     request: &PrivateTmp,
     rules: &[CanonicalRule],
