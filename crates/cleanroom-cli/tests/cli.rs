@@ -734,6 +734,24 @@ fn a_closed_standard_stream_is_reopened_on_dev_null_before_anything_is_opened() 
     sandbox.assert_namespace_empty();
 }
 
+#[test]
+fn the_runner_maps_no_libm() {
+    // The binary defines `pow`, its one libm symbol, so that no start maps libm.so
+    // (src/start.rs). The runner's mappings, read by its command, show no libm; should a new
+    // dependency need more of libm, this fails and names it.
+    let sandbox = Sandbox::new("nolibm");
+    let run = sandbox.run(&[], &["sh", "-c", "cat /proc/$PPID/maps"]);
+    run.assert_status(0);
+    assert!(run.stdout.contains("cleanroom"), "{}", run.stdout);
+    let libm: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.contains("/libm."))
+        .collect();
+    assert!(libm.is_empty(), "the runner mapped libm: {libm:?}");
+    sandbox.assert_namespace_empty();
+}
+
 /// The README's install lines, run as written by a new account (uid 65534 when the tests run as
 /// root) whose home holds nothing yet, with `cargo install` replaced by what it does (the binary
 /// put into ~/.cargo/bin): they succeed, `man` finds the pages through PATH, and bash-completion

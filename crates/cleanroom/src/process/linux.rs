@@ -14,6 +14,7 @@ use std::path::Path;
 use rustix::process::{Pid, PidfdFlags, Signal};
 
 use super::{Host, Observed, ProcessId, ProcessInfo};
+pub use crate::sys::linux::fd::read_kernel_file;
 
 /// The current machine, boot and pid namespace.
 pub(super) fn current_host() -> io::Result<Host> {
@@ -285,27 +286,6 @@ pub fn environ(pid: u32) -> Option<Vec<u8>> {
 /// [`read_kernel_file`] of `path`.
 fn read_kernel_path(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
     read_kernel_file(fs::File::open(path)?)
-}
-
-/// Reads a file the kernel generates (procfs, cgroupfs) to its end in as few calls as it allows.
-/// Such files report size 0, so `fs::read` would stat them, seek, and grow from a 32-byte
-/// probe, a read per doubling; this only reads, into room for what they usually hold.
-pub fn read_kernel_file(mut file: fs::File) -> io::Result<Vec<u8>> {
-    let mut data = vec![0; 16 << 10];
-    let mut len = 0;
-    loop {
-        if len == data.len() {
-            data.resize(len * 2, 0);
-        }
-        match io::Read::read(&mut file, &mut data[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    data.truncate(len);
-    Ok(data)
 }
 
 /// [`read_kernel_file`] of `path`, as text.

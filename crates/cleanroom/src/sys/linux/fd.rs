@@ -1,7 +1,8 @@
 //! Descriptors a plan's children find in memory they copied from their parent (fork) or share
 //! with it (a vfork-style clone): a slot where a child keeps a descriptor from one step to a
 //! later one ([`FdSlot`]), and a descriptor the parent lends the children of one spawn
-//! ([`LentFd`]); and the working directory read into a buffer on the stack ([`getcwd`]).
+//! ([`LentFd`]); the working directory read into a buffer on the stack ([`getcwd`]); and a file
+//! the kernel generates read whole in as few calls as it allows ([`read_kernel_file`]).
 //!
 //! Invariant: a number in memory is turned back into a descriptor only by a process in whose
 //! table it names what was put there: a slot's by the process that put it, a lent one's by a
@@ -139,4 +140,25 @@ pub(crate) fn getcwd(buf: &mut [u8]) -> io::Result<&CStr> {
         return Err(last_error());
     }
     CStr::from_bytes_until_nul(buf).map_err(|_| io::Error::from_raw_os_error(libc::ERANGE))
+}
+
+/// Reads a file the kernel generates (procfs, cgroupfs) to its end in as few calls as it allows.
+/// Such files report size 0, so `fs::read` would stat them, seek, and grow from a 32-byte
+/// probe, a read per doubling; this only reads, into room for what they usually hold.
+pub fn read_kernel_file(mut file: std::fs::File) -> io::Result<Vec<u8>> {
+    let mut data = vec![0; 16 << 10];
+    let mut len = 0;
+    loop {
+        if len == data.len() {
+            data.resize(len * 2, 0);
+        }
+        match io::Read::read(&mut file, &mut data[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    data.truncate(len);
+    Ok(data)
 }
