@@ -17,11 +17,13 @@
 //! default in every child it spawns. A panic escaping `main` exits 101, as with std's start-up,
 //! and stdout is flushed before the process exits.
 //!
-//! It also defines `pow`, the one symbol the binary takes from `libm.so` (tokio's scheduler
-//! statistics and indicatif's rate estimates call it), from the `libm` crate. The linker then
-//! resolves it here and drops `libm.so` (`--as-needed`), so no start maps and relocates it: a
-//! run of `true` 2% faster and 0.3 MB smaller (BENCHMARKS.md). A dependency that needs another
-//! function of libm brings the library back, correctly, only slower.
+//! It also keeps two shared libraries out of every start, so that none maps and relocates them
+//! (BENCHMARKS.md: about 4% of a run of `true`, 0.4 MB of its memory): `libm.so`, whose one
+//! symbol the binary took, `pow` (tokio's scheduler statistics and indicatif's rate estimates),
+//! is defined here from the `libm` crate; `libgcc_s.so`, std's unwinder, is linked statically
+//! from gcc's `libgcc_eh.a`, the same code. The linker resolves their symbols here first and
+//! drops both libraries (`--as-needed`). A dependency that needs more of either brings the
+//! library back, correctly, only slower (`tests/cli.rs` says which).
 
 use std::ffi::{c_char, c_int};
 use std::io::Write;
@@ -100,3 +102,9 @@ fn errno() -> c_int {
 extern "C" fn pow(base: f64, exponent: f64) -> f64 {
     libm::pow(base, exponent)
 }
+
+// The unwinder (`_Unwind_*`: panics, backtraces) linked from gcc's static `libgcc_eh.a`, which
+// the linker meets before std's `-lgcc_s` and so drops `libgcc_s.so` (see the module
+// documentation). Its symbols stay hidden in the binary; a library loaded later keeps its own.
+#[link(name = "gcc_eh", kind = "static")]
+extern "C" {}

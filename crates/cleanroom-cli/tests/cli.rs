@@ -735,20 +735,19 @@ fn a_closed_standard_stream_is_reopened_on_dev_null_before_anything_is_opened() 
 }
 
 #[test]
-fn the_runner_maps_no_libm() {
-    // The binary defines `pow`, its one libm symbol, so that no start maps libm.so
-    // (src/start.rs). The runner's mappings, read by its command, show no libm; should a new
-    // dependency need more of libm, this fails and names it.
+fn the_runner_maps_neither_libm_nor_libgcc_s() {
+    // The binary defines `pow`, its one libm symbol, and links the unwinder statically, so that
+    // no start maps those two libraries (src/start.rs). The runner's mappings, read by its
+    // command, show neither; should a new dependency need more of them, this fails and names it.
     let sandbox = Sandbox::new("nolibm");
     let run = sandbox.run(&[], &["sh", "-c", "cat /proc/$PPID/maps"]);
     run.assert_status(0);
     assert!(run.stdout.contains("cleanroom"), "{}", run.stdout);
-    let libm: Vec<&str> = run
-        .stdout
-        .lines()
-        .filter(|l| l.contains("/libm."))
+    assert!(run.stdout.contains("/libc.so"), "{}", run.stdout);
+    let mapped: Vec<&str> = (run.stdout.lines())
+        .filter(|l| l.contains("/libm.") || l.contains("/libgcc_s."))
         .collect();
-    assert!(libm.is_empty(), "the runner mapped libm: {libm:?}");
+    assert!(mapped.is_empty(), "the runner mapped: {mapped:?}");
     sandbox.assert_namespace_empty();
 }
 
