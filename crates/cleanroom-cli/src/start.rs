@@ -18,12 +18,15 @@
 //! and stdout is flushed before the process exits.
 //!
 //! It also keeps two shared libraries out of every start, so that none maps and relocates them
-//! (BENCHMARKS.md: about 4% of a run of `true`, 0.4 MB of its memory): `libm.so`, whose one
-//! symbol the binary took, `pow` (tokio's scheduler statistics and indicatif's rate estimates),
-//! is defined here from the `libm` crate; `libgcc_s.so`, std's unwinder, is linked statically
-//! from gcc's `libgcc_eh.a`, the same code. The linker resolves their symbols here first and
-//! drops both libraries (`--as-needed`). A dependency that needs more of either brings the
-//! library back, correctly, only slower (`tests/cli.rs` says which).
+//! (measured in BENCHMARKS.md, issue 30): `libm.so`, whose one symbol the binary took, `pow`
+//! (tokio's scheduler statistics and indicatif's rate estimates), is defined here from the
+//! `libm` crate; `libgcc_s.so`, std's unwinder, is linked statically from gcc's `libgcc_eh.a`,
+//! the same code. The linker resolves their symbols here first and drops both libraries
+//! (`--as-needed`). A dependency that needs more of either brings the library back, correctly,
+//! only slower (`tests/cli.rs` says which). One cost: where gcc was built against glibc 2.35 or
+//! later, its unwinder calls `_dl_find_object`, so a binary built there needs glibc 2.35 where
+//! it runs (2.34 otherwise); building on the machine that runs it, as the README does, is
+//! unaffected.
 
 use std::ffi::{c_char, c_int};
 use std::io::Write;
@@ -96,8 +99,8 @@ fn errno() -> c_int {
 /// C's `pow`, for the binary's dependencies, without loading `libm.so` (see the module
 /// documentation): the `libm` crate's port of FreeBSD's, nearly rounded (a power of integers
 /// that is representable comes out exact), where glibc's is under one ulp; its callers estimate
-/// rates. The linker exports it (`libm.so`, in the link, defines it too), so a library loaded
-/// later that calls `pow` gets this one.
+/// rates. Where the linker exports it (rust-lld does: `libm.so`, in the link, defines it too),
+/// a library loaded later that calls `pow` gets this one.
 #[no_mangle]
 extern "C" fn pow(base: f64, exponent: f64) -> f64 {
     libm::pow(base, exponent)

@@ -8,8 +8,8 @@
 //! - [`exec`]: the hooks a `Command`'s child runs between fork and exec: a closed set (signal
 //!   reset, cgroup join, terminal foreground) and the sandbox's;
 //! - [`signal`]: signal sets, the thread's mask, dispositions, the signalfd;
-//! - [`fd`]: descriptors a plan's children find in memory (slots, a lent report pipe), and the
-//!   working directory read into a buffer;
+//! - [`fd`]: descriptors a plan's children find in memory (slots, a lent report pipe), the
+//!   working directory read into a buffer, and a file the kernel generates read whole;
 //! - [`process`]: signals through pidfds and to process groups, new namespaces, and bringing a
 //!   network interface up (the loopback of a new network namespace);
 //! - [`mount`]: `mount_setattr`; [`landlock`]: the Landlock system calls.
