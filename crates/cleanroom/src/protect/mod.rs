@@ -116,6 +116,8 @@ pub use policy::{
     SetupReport, TEST_NO_MOUNT_NS_ENV,
 };
 pub use project::WRITABLE_VARS;
+#[cfg(debug_assertions)]
+pub use linux::shared::TEST_KERNEL_BEFORE_6_15_ENV;
 pub use scratch::{
     Isolation, PrivateDir, PrivateTmp, TmpLeft, TmpMechanism, TmpStatus, PRIVATE_TMP_DIRS,
 };
