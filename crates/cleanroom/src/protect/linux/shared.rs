@@ -120,6 +120,17 @@ fn simulated_kernel_before_6_15() -> Option<io::Error> {
     None
 }
 
+/// The ruleset of `plan` built now, without a holder, as [`establish`] builds the ruleset of
+/// the namespaces it sets up: its early rules on the objects the parent opened, its late rules
+/// (the mount points of its private directories) on what their paths name in this process's
+/// mount namespace. For a long-lived spawner whose children set up namespaces of their own: a
+/// layer built once at its start beneath the rules its threads resolve later (which see this
+/// mount namespace; a child, whose private mounts hide those directories from Landlock, builds
+/// its own layer after mounting). `None` when the plan has no ruleset.
+pub(crate) fn ruleset_here(plan: &ChildPlan) -> io::Result<Option<OwnedFd>> {
+    Ok(open_joined(plan, None, Vec::new())?.ruleset)
+}
+
 /// The descriptors a holder uses (open across the fork: [`establish`] keeps them).
 struct HolderEnds<'a> {
     /// Its report (best-effort outcomes, then the errno: 0 when ready).
