@@ -296,7 +296,7 @@ const KERNEL_BEFORE_6_15: &str = "CLEANROOM_TEST_KERNEL_BEFORE_6_15";
 /// paths that force it), over empty tmpfs mounts in a mount namespace of the server's own
 /// (root only): over a host directory with entries, a private directory is an overlay, which the
 /// fallback's processes, each mounting it anew on the same upper and work directories, cannot
-/// mount (`volatile`: an open issue, see docs/exec-server.md).
+/// mount (`volatile` leaves its work directory unusable to the next mount: an open issue).
 fn server_as(
     shared: Shared,
     prepare: impl FnOnce(&Path, &mut std::process::Command),
