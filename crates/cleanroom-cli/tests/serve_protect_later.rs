@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
-use serve_support::{uri, workspace_write, Client, Server};
+use serve_support::{path_entry, uri, workspace_write, Client, Server};
 
 /// A bash line that tries to create `path` and says `<tag>:ok` or `<tag>:denied`.
 fn try_write(tag: &str, path: &Path) -> String {
@@ -275,15 +275,85 @@ async fn a_bind_mount_of_a_toolchain_home_made_after_the_start_is_read_only() {
     server.stop();
 }
 
+/// Whether the environment's namespaces are shared by its processes ([`Shared::Established`],
+/// the normal case from Linux 6.15) or each process sets up namespaces of its own
+/// ([`Shared::Fallback`]: a private `/tmp` on a kernel before 6.15, simulated here by the
+/// debug builds' test hook).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shared {
+    Established,
+    Fallback,
+}
+
+/// The variable of the debug builds' test hook that makes the server behave as on a kernel
+/// before 6.15 (children cannot bind host paths from shared namespaces: it falls back).
+const KERNEL_BEFORE_6_15: &str = "CLEANROOM_TEST_KERNEL_BEFORE_6_15";
+
+/// A server of `--protect home` set up as `shared` asks, after `prepare` (as
+/// [`Server::start_prepared`]'s); `None` (a skip recorded) where that cannot be set up.
+///
+/// The fallback: the debug builds' test hook, and a private `/tmp` and `/var/tmp` (the host
+/// paths that force it), over empty tmpfs mounts in a mount namespace of the server's own
+/// (root only): over a host directory with entries, a private directory is an overlay, which the
+/// fallback's processes, each mounting it anew on the same upper and work directories, cannot
+/// mount (`volatile` leaves its work directory unusable to the next mount: an open issue).
+fn server_as(
+    shared: Shared,
+    prepare: impl FnOnce(&Path, &mut std::process::Command),
+) -> Option<Server> {
+    if shared == Shared::Established {
+        return Some(Server::start_prepared(&protect_home(), false, prepare));
+    }
+    if !skip::root_or_skip("the fallback of a server over empty /tmp and /var/tmp") {
+        return None;
+    }
+    Some(Server::start_in_mount_namespace(
+        &["--protect", "home"],
+        false,
+        |work, command| {
+            command.env(KERNEL_BEFORE_6_15, "1");
+            prepare(work, command);
+        },
+        |_| {
+            "mount -t tmpfs -o mode=1777 tmpfs /tmp\nmount -t tmpfs -o mode=1777 tmpfs /var/tmp"
+                .into()
+        },
+    ))
+}
+
+/// Whether the environment's processes share one private `/dev/shm`: a file one process puts
+/// there is read by the next.
+async fn shares_dev_shm(c: &mut Client, cwd: &Path) -> bool {
+    let tag = format!("cleanroom-shared-{}", std::process::id());
+    let script = format!("echo x > /dev/shm/{tag}\n");
+    let (_, out, code) = c.run("put", cwd, Value::Null, &script).await;
+    assert_eq!(code, 0, "{out}");
+    let script = format!("test -e /dev/shm/{tag} && echo seen || echo unseen\n");
+    let (_, out, _) = c.run("look", cwd, Value::Null, &script).await;
+    assert!(
+        !Path::new("/dev/shm").join(&tag).exists(),
+        "the host's /dev/shm"
+    );
+    out.trim() == "seen"
+}
+
 /// A writable name a process of the environment can repoint (the server's working directory,
 /// an output directory named by `CARGO_TARGET_DIR` that is absent at the start) made a symlink
 /// into the protected home by a process without a sandbox: neither a later process (without a
 /// sandbox, or with a managed one over the planted name) nor an `fs/writeFile` writes through
 /// it. The rules resolved at each start sit on top of the environment's start-time ruleset,
 /// which the kernel keeps as a layer beneath them (reviewer's finding: with the renewed rules
-/// alone, each of them wrote into the home).
-async fn repointed_writable_name(plant: &str, env: &'static [(&str, &str)], planted: &str) {
-    let server = Server::start_prepared(&protect_home(), false, |work, command| {
+/// alone, each of them wrote into the home); where each process sets up namespaces of its own
+/// (`shared`: [`Shared::Fallback`]) the start-time layer is built alone at the start, beneath
+/// every `fs/*` call and managed sandbox (reviewer's finding: without it the `fs/writeFile` and
+/// both managed processes wrote into the home).
+async fn repointed_writable_name(
+    plant: &str,
+    env: &'static [(&str, &str)],
+    planted: &str,
+    shared: Shared,
+) {
+    let server = server_as(shared, |work, command| {
         std::fs::create_dir_all(work.join("home/.ssh")).unwrap();
         std::fs::create_dir_all(work.join("a/proj")).unwrap();
         command.env("HOME", work.join("home"));
@@ -292,6 +362,9 @@ async fn repointed_writable_name(plant: &str, env: &'static [(&str, &str)], plan
         }
         command.current_dir(work.join("a/proj"));
     });
+    let Some(server) = server else {
+        return;
+    };
     let work = server.work();
     let mut c = server.client().await;
     if !enforced(&mut c).await {
@@ -299,35 +372,74 @@ async fn repointed_writable_name(plant: &str, env: &'static [(&str, &str)], plan
         return;
     }
     let (a, ssh) = (work.join("a"), work.join("home/.ssh"));
+    let fallback = shared == Shared::Fallback;
+    assert_eq!(
+        shares_dev_shm(&mut c, &a).await,
+        !fallback,
+        "fallback: {fallback}"
+    );
     let (_, out, code) = c.run("plant", &a, Value::Null, plant).await;
     assert_eq!((code, out.trim()), (0, "planted"), "the planting process");
     let writes = [("null", ssh.join("f1"), false)];
     let refused = ssh.join("f2");
-    let failures = misses(&mut c, &a, &writes, (&refused, "through the planted name")).await;
-    assert!(failures.is_empty(), "{failures:#?}");
+    let mut failures = misses(&mut c, &a, &writes, (&refused, "through the planted name")).await;
     for (id, cwd, file) in [
         ("managed", a.clone(), "f3"),
         ("over", work.join(planted), "f4"),
     ] {
         let script = try_write(id, &ssh.join(file));
         let (_, out, _) = c.run(id, &a, workspace_write(&cwd), &script).await;
-        assert!(out.contains(&format!("{id}:denied")), "{out}");
+        if !out.contains(&format!("{id}:denied")) {
+            failures.push(format!("{id}: {out}"));
+        }
     }
-    let made: Vec<_> = std::fs::read_dir(&ssh).unwrap().collect();
-    assert!(made.is_empty(), "written into the protected home: {made:?}");
+    let made: Vec<_> = std::fs::read_dir(&ssh)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        failures.is_empty() && made.is_empty(),
+        "written into the protected home: {made:?}, {failures:#?}"
+    );
     server.stop();
+}
+
+/// The server's working directory replaced by a symlink into the home.
+async fn working_directory_replaced(shared: Shared) {
+    let plant = "mv proj proj.old && ln -s ../home/.ssh proj && echo planted\n";
+    repointed_writable_name(plant, &[], "a/proj", shared).await;
+}
+
+/// A `CARGO_TARGET_DIR` absent at the start planted as a symlink into the home.
+async fn output_directory_planted(shared: Shared) {
+    let plant = "ln -s ../home/.ssh target && echo planted\n";
+    let env = &[("CARGO_TARGET_DIR", "a/target")];
+    repointed_writable_name(plant, env, "a/target", shared).await;
 }
 
 #[tokio::test]
 async fn a_working_directory_replaced_by_a_symlink_into_the_home_grants_nothing_there() {
-    let plant = "mv proj proj.old && ln -s ../home/.ssh proj && echo planted\n";
-    repointed_writable_name(plant, &[], "a/proj").await;
+    working_directory_replaced(Shared::Established).await;
 }
 
 #[tokio::test]
 async fn an_output_directory_planted_as_a_symlink_into_the_home_grants_nothing_there() {
-    let plant = "ln -s ../home/.ssh target && echo planted\n";
-    repointed_writable_name(plant, &[("CARGO_TARGET_DIR", "a/target")], "a/target").await;
+    output_directory_planted(Shared::Established).await;
+}
+
+/// As [`a_working_directory_replaced_by_a_symlink_into_the_home_grants_nothing_there`], where
+/// each process sets up namespaces of its own (a kernel before 6.15).
+#[tokio::test]
+async fn without_shared_namespaces_a_working_directory_replaced_by_a_symlink_grants_nothing() {
+    working_directory_replaced(Shared::Fallback).await;
+}
+
+/// As [`an_output_directory_planted_as_a_symlink_into_the_home_grants_nothing_there`], where
+/// each process sets up namespaces of its own (a kernel before 6.15).
+#[tokio::test]
+async fn without_shared_namespaces_an_output_directory_planted_as_a_symlink_grants_nothing() {
+    output_directory_planted(Shared::Fallback).await;
 }
 
 /// A toolchain home the host moves aside (and replaces with a new directory) after the start
@@ -355,5 +467,85 @@ async fn a_toolchain_home_moved_aside_after_the_start_stays_read_only() {
     let failures = misses(&mut c, &work, &writes, (&refused, "into the moved home")).await;
     assert!(failures.is_empty(), "{failures:#?}");
     assert!(!old.join("bin/f").exists() && !old.join("bin/w").exists());
+    server.stop();
+}
+
+/// Where each process sets up namespaces of its own (a kernel before 6.15), the start-time
+/// layer beneath `fs/*` calls and managed sandboxes still lets them write what the start
+/// allowed: a process without a sandbox and one with a managed sandbox (`workspace-write` with
+/// `/dev/shm` writable) write their private (managed: the server's) `/tmp`, their private
+/// `/dev/shm` (the managed one's a tmpfs of its own, which the layer, built in the child after
+/// its mounts, grants as the start granted its private `/dev/shm`) and the working directory;
+/// `fs/writeFile` writes the working directory and `/tmp`; the home stays unwritten. As root
+/// (see [`server_as`]).
+#[tokio::test]
+async fn without_shared_namespaces_processes_and_fs_calls_still_write_what_the_start_allowed() {
+    let server = server_as(Shared::Fallback, |work, command| {
+        for dir in ["home/.ssh", "proj"] {
+            std::fs::create_dir_all(work.join(dir)).unwrap();
+        }
+        command.env("HOME", work.join("home"));
+        command.current_dir(work.join("proj"));
+    });
+    let Some(server) = server else {
+        return;
+    };
+    let work = server.work();
+    let mut c = server.client().await;
+    if !enforced(&mut c).await {
+        server.stop();
+        return;
+    }
+    let proj = work.join("proj");
+    assert!(!shares_dev_shm(&mut c, &proj).await, "not the fallback");
+    let tag = format!("cleanroom-layer-{}", std::process::id());
+    let mut failures = Vec::new();
+    let mut managed = workspace_write(&proj);
+    let entries = &mut managed["permissions"]["file_system"]["entries"];
+    let shm = path_entry(Path::new("/dev/shm"), "write");
+    entries.as_array_mut().unwrap().push(shm);
+    for (id, sandbox) in [("null", Value::Null), ("managed", managed)] {
+        let writes = [
+            ("tmp", Path::new("/tmp").join(format!("{tag}-{id}"))),
+            ("shm", Path::new("/dev/shm").join(format!("{tag}-{id}"))),
+            ("proj", proj.join(id)),
+            ("home", work.join("home/.ssh").join(id)),
+        ];
+        let script: String = writes.iter().map(|(w, path)| try_write(w, path)).collect();
+        let (_, out, code) = c.run(id, &proj, sandbox, &script).await;
+        for (what, _) in &writes {
+            let expected = match *what {
+                "home" => "denied",
+                _ => "ok",
+            };
+            if code != 0 || !out.contains(&format!("{what}:{expected}")) {
+                failures.push(format!("{id}: {what}:{expected} not in {out:?} ({code})"));
+            }
+        }
+    }
+    for path in [proj.join("w"), PathBuf::from("/tmp").join(&tag)] {
+        if let Err(e) = write_file(&mut c, &path).await {
+            failures.push(format!("fs/writeFile {}: {e:?}", path.display()));
+        }
+    }
+    let refused = work.join("home/.ssh/w");
+    if let Ok(written) = write_file(&mut c, &refused).await {
+        failures.push(format!("fs/writeFile into the home: {written}"));
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    for made in ["null", "managed", "w"] {
+        assert!(proj.join(made).exists(), "{made}");
+    }
+    let home: Vec<_> = std::fs::read_dir(work.join("home/.ssh")).unwrap().collect();
+    assert!(home.is_empty(), "written into the protected home: {home:?}");
+    for left in ["null", "managed"] {
+        let name = format!("{tag}-{left}");
+        for dir in ["/tmp", "/dev/shm"] {
+            assert!(
+                !Path::new(dir).join(&name).exists(),
+                "{dir}/{name} is the host's"
+            );
+        }
+    }
     server.stop();
 }

@@ -300,21 +300,26 @@ fn pinned_base(all: BTreeMap<String, String>, layout: &Layout) -> BaseEnv {
 
 /// `protection` established: every process joins the same namespaces (one private `/dev/shm`,
 /// `/tmp`, `/var/tmp` and IPC namespace for the whole environment) instead of making its own.
-/// A policy that cannot be established (one narrowing host paths by mounts; `--protect` narrows
-/// them with Landlock, and only inside the private directories with mounts) stays as it is:
-/// each process then gets namespaces of its own.
+/// A policy that cannot be established (a private `/tmp` whose host paths the kernel cannot
+/// bind from shared namespaces, before Linux 6.15; one narrowing host paths by mounts) is
+/// layered instead ([`Protection::layered`]): each process gets namespaces of its own, and the
+/// ruleset built now from the start's rules is a layer beneath every `fs/*` call and managed
+/// sandbox, so a name repointed later can narrow them, never widen them. A layer that cannot be
+/// built fails the start.
 fn established(protection: Protection) -> cleanroom::Result<Protection> {
     match protection.established() {
         Ok(shared) => Ok(shared),
         Err(cleanroom::Error::Unsupported { what, reason }) => {
+            let layered = protection.layered()?;
             tracing::warn!(
                 "each process gets namespaces, and a /dev/shm and /tmp, of its own: {what}: \
-                 {reason}; the --protect rules stay as they were resolved at the start (a \
-                 protected path made, repointed or bound later is not ruled, and a writable \
-                 path a process replaces with a symlink can widen later fs/* calls and \
-                 sandboxes)"
+                 {reason}; the --protect rules stay as they were resolved at the start: a \
+                 protected path made, repointed or bound later is not ruled; a writable name \
+                 repointed later grants fs/* calls and managed sandboxes nothing the start's \
+                 rules refused (they are a layer beneath them), but beneath the host's /tmp, \
+                 /var/tmp and /dev/shm, which that layer grants whole"
             );
-            Ok(protection)
+            Ok(layered)
         }
         Err(e) => Err(e),
     }

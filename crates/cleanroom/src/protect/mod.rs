@@ -111,6 +111,8 @@ use crate::env::{ChildEnv, HostFacts, PassedConfig, RealHome, ToolchainHome};
 use crate::error::{Error, Result};
 
 pub use crate::lock::{PRIVATE_TMP_ENV, USER_LOCK_DIR_ENV};
+#[cfg(debug_assertions)]
+pub use linux::shared::TEST_KERNEL_BEFORE_6_15_ENV;
 pub use policy::{
     Access, AppliedRule, EnforcedBy, Narrowing, Network, Policy, Rule, Sandbox, SandboxStatus,
     SetupReport, TEST_NO_MOUNT_NS_ENV,
@@ -609,6 +611,15 @@ impl Protection {
             Some(sandbox) => Some(sandbox.established()?),
             None => None,
         };
+        Ok(self.with_sandbox(sandbox))
+    }
+
+    /// This policy, for a spawner that could not establish it ([`Protection::established`]
+    /// refused), with a Landlock layer built now from its rules beneath every sandbox installed
+    /// within it and every `fs/*` thread restricted to it (see [`Sandbox::layered`], whose
+    /// errors it returns).
+    pub fn layered(&self) -> Result<Protection> {
+        let sandbox = self.sandbox.as_ref().map(Sandbox::layered).transpose()?;
         Ok(self.with_sandbox(sandbox))
     }
 

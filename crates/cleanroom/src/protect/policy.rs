@@ -228,6 +228,11 @@ pub struct Sandbox {
     /// The host paths beneath the private directories that a child joining shared namespaces
     /// binds for itself (see [`super::binds`]): the users' paths of the policy there.
     host_paths: HostPaths,
+    /// The ruleset built at the start of a sandbox that could not be established
+    /// ([`Sandbox::layered`]), a layer beneath every thread
+    /// [`Sandbox::restrict_thread_to_established`] to it; while there is one, every sandbox
+    /// [`Sandbox::within`] this one has its plan's rules as a layer too.
+    start_layer: Option<Arc<OwnedFd>>,
 }
 
 impl Sandbox {
@@ -391,10 +396,14 @@ impl Sandbox {
     /// Restricts the calling thread with this established sandbox's Landlock ruleset alone (no
     /// namespace joined, no capability dropped), for a thread that reaches the established
     /// namespaces through a [`View`] and then restricts itself with a policy of its own (an
-    /// `fs/*` call): the kernel allows it only what both allow. Nothing for a sandbox that is
-    /// not established. Landlock restricts the calling thread only, for good.
+    /// `fs/*` call): the kernel allows it only what both allow. For a sandbox that could not be
+    /// established, its start-time layer ([`Sandbox::layered`]); nothing for any other.
+    /// Landlock restricts the calling thread only, for good.
     pub fn restrict_thread_to_established(&self) -> io::Result<()> {
-        self.plan.restrict_established()
+        match &self.start_layer {
+            Some(layer) => linux::child::enforce(layer),
+            None => self.plan.restrict_established(),
+        }
     }
 
     /// What the sandbox applies.
@@ -467,7 +476,9 @@ impl Sandbox {
                 })
             }
             Steps::Own(plan) => plan,
-            Steps::Join(_) | Steps::Within { .. } => return Ok(self.clone()),
+            Steps::Join(_) | Steps::Within { .. } | Steps::Layered { .. } => {
+                return Ok(self.clone())
+            }
         };
         let established = linux::shared::establish(own)
             .map_err(|e| Error::sys("set up the sandbox's shared namespaces and ruleset", e))?;
@@ -475,7 +486,8 @@ impl Sandbox {
             return Err(Error::Unsupported {
                 what: "a private /tmp shared by processes that bind host paths into it",
                 reason: format!(
-                    "the kernel refused a copy of the host's tree made in the shared namespaces                      (Linux 6.15 allows it): {err}"
+                    "the kernel refused a copy of the host's tree made in the shared namespaces \
+                     (Linux 6.15 allows it): {err}"
                 ),
             });
         }
@@ -491,6 +503,31 @@ impl Sandbox {
             None => Steps::Join(outer),
         };
         Ok(Sandbox::new(status, plan, self.host_paths.clone()))
+    }
+
+    /// This sandbox, for a long-lived spawner that could not establish it
+    /// ([`Sandbox::established`] refused): its commands still set up namespaces of their own
+    /// from the plan compiled once, and the Landlock rules of that plan (on the objects their
+    /// paths named when it was compiled) are a layer beneath every sandbox installed
+    /// [`Sandbox::within`] this one and every thread [`Sandbox::restrict_thread_to_established`]
+    /// to it: a policy resolved later (a name repointed since) can narrow what the start
+    /// granted, never widen it. The threads' ruleset is built now (the private directories'
+    /// rules on the directories of this mount namespace, which the threads see); a child within
+    /// builds the same after its mounts, its private directories' rules on its own fresh
+    /// mounts, and applies it before its own ruleset. Unchanged for a sandbox that is
+    /// established or has no ruleset.
+    ///
+    /// Errors: [`Error::Sys`] when the ruleset cannot be built (never a sandbox without it).
+    pub fn layered(&self) -> Result<Sandbox> {
+        let Steps::Own(plan) = &self.plan else {
+            return Ok(self.clone());
+        };
+        let layer = linux::shared::ruleset_here(plan)
+            .map_err(|e| Error::sys("build the sandbox's start-time Landlock layer", e))?;
+        Ok(Sandbox {
+            start_layer: layer.map(Arc::new),
+            ..self.clone()
+        })
     }
 
     /// This established sandbox ([`Sandbox::established`]) for a child that also binds `paths`
@@ -533,9 +570,20 @@ impl Sandbox {
     /// than this sandbox's rules give it), then sets up this sandbox's own mounts within them
     /// and restricts itself with this sandbox's rules alone (intersect the policies first when
     /// `outer`'s must hold too). The process belongs to `outer`'s cleanroom: it sees its
-    /// private `/dev/shm`, not the host's. Anything else for `outer` returns this sandbox
-    /// unchanged.
+    /// private `/dev/shm`, not the host's. For `outer` a sandbox that could not be established
+    /// but is layered ([`Sandbox::layered`]), this sandbox with its namespaces of its own and
+    /// `outer`'s start-time layer beneath its rules. Anything else for `outer` returns this
+    /// sandbox unchanged.
     pub fn within(&self, outer: &Sandbox) -> Sandbox {
+        if let (Steps::Own(own), Steps::Own(start), Some(_)) =
+            (&self.plan, &outer.plan, &outer.start_layer)
+        {
+            let plan = Steps::Layered {
+                layer: Arc::clone(start),
+                own: Arc::clone(own),
+            };
+            return Sandbox::new(self.status.clone(), plan, self.host_paths.clone());
+        }
         let (inner, joined) = match (&self.plan, &outer.plan) {
             (Steps::Own(inner), Steps::Join(joined))
             | (
@@ -612,7 +660,7 @@ impl Sandbox {
     pub fn view(&self) -> View {
         match &self.plan {
             Steps::Join(plan) | Steps::Within { outer: plan, .. } => plan.view.clone(),
-            Steps::Own(_) => View::own(),
+            Steps::Own(_) | Steps::Layered { .. } => View::own(),
         }
     }
 
@@ -620,7 +668,7 @@ impl Sandbox {
     pub fn shares_dev_shm(&self) -> bool {
         let joined = match &self.plan {
             Steps::Join(outer) | Steps::Within { outer, .. } => outer.joins(libc::CLONE_NEWNS),
-            Steps::Own(_) => false,
+            Steps::Own(_) | Steps::Layered { .. } => false,
         };
         joined && self.status.dev_shm == Isolation::Private
     }
@@ -676,6 +724,7 @@ impl Sandbox {
             status,
             plan,
             host_paths,
+            start_layer: None,
         }
     }
 }

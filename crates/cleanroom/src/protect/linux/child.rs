@@ -256,6 +256,17 @@ pub(crate) enum Steps {
         binds: Option<Arc<ChildPlan>>,
         inner: Option<Arc<ChildPlan>>,
     },
+    /// Sets up namespaces, mounts and a ruleset of its own (`own`), as [`Steps::Own`], and
+    /// restricts itself first with the ruleset of `layer`, the plan compiled once at the start
+    /// of a long-lived spawner whose namespaces could not be shared: its early rules on the
+    /// objects opened then, its late rules on the child's own fresh mounts (a rule on the
+    /// directory a mount covers does not reach into the mount: Landlock skips hidden mount
+    /// points). The kernel allows only what both allow, so `own`, resolved later (a name
+    /// repointed since), can narrow the start's rules, never widen them.
+    Layered {
+        layer: Arc<ChildPlan>,
+        own: Arc<ChildPlan>,
+    },
 }
 
 /// Capabilities a child drops from its bounding set.
@@ -310,7 +321,7 @@ impl Steps {
         match self {
             Steps::Own(plan) => plan.is_empty(),
             Steps::Join(plan) => plan.namespaces.is_empty() && plan.ruleset.is_none(),
-            Steps::Within { .. } => false,
+            Steps::Within { .. } | Steps::Layered { .. } => false,
         }
     }
 
@@ -318,7 +329,7 @@ impl Steps {
     pub fn drops(&self) -> Drops {
         let by_handle = !self.is_empty();
         let drops = match self {
-            Steps::Own(plan) => Drops {
+            Steps::Own(plan) | Steps::Layered { own: plan, .. } => Drops {
                 sys_admin: plan.protective_mounts,
                 ..Drops::default()
             },
@@ -343,7 +354,7 @@ impl Steps {
     /// carries its stage.
     pub fn apply(&self, child: &InChild) -> io::Result<()> {
         match self {
-            Steps::Own(plan) => {
+            Steps::Own(plan) | Steps::Layered { own: plan, .. } => {
                 let report = plan.report.get(child);
                 enter(&[Some(plan.as_ref())], Role::Own, &mut [], report)?;
             }
@@ -372,14 +383,16 @@ impl Steps {
     /// Restricts the calling process with its Landlock ruleset.
     fn restrict(&self) -> io::Result<()> {
         match self {
-            Steps::Own(plan) => match &plan.landlock {
-                Some(landlock) => {
-                    let ruleset = build_ruleset(landlock, &open_path, &[])?;
-                    add_slot_rules(&ruleset, landlock, &plan.slots)?;
-                    enforce(&ruleset)
+            Steps::Own(plan) => restrict_own(plan),
+            Steps::Layered { layer, own } => {
+                // The start's rules stay a layer beneath these (as the established ruleset
+                // beneath `Within`'s inner rules); not its slot rules, on mounts of its own
+                // children only.
+                if let Some(landlock) = &layer.landlock {
+                    enforce(&build_ruleset(landlock, &open_path, &[])?)?;
                 }
-                None => Ok(()),
-            },
+                restrict_own(own)
+            }
             Steps::Within {
                 outer,
                 inner: Some(inner),
@@ -408,14 +421,14 @@ impl Steps {
                 Some(ruleset) => enforce(ruleset),
                 None => Ok(()),
             },
-            Steps::Own(_) => Ok(()),
+            Steps::Own(_) | Steps::Layered { .. } => Ok(()),
         }
     }
 
     /// The mount step a stage or an outcome counts (over the plans applied, in order).
     pub fn step(&self, index: usize) -> Option<&MountStep> {
         let plans: [Option<&ChildPlan>; 2] = match self {
-            Steps::Own(plan) => [Some(plan), None],
+            Steps::Own(plan) | Steps::Layered { own: plan, .. } => [Some(plan), None],
             Steps::Join(_) => [None, None],
             Steps::Within { binds, inner, .. } => [binds.as_deref(), inner.as_deref()],
         };
@@ -697,8 +710,23 @@ fn is_beneath(path: &CStr, dir: &CStr) -> bool {
     path.starts_with(dir) && (path.len() == dir.len() || path.get(dir.len()) == Some(&b'/'))
 }
 
-/// `no_new_privs`, then `landlock_restrict_self` with `ruleset`.
-fn enforce(ruleset: &OwnedFd) -> io::Result<()> {
+/// Restricts the calling process with the ruleset of `plan`, a plan of its own, built now (its
+/// late rules on its fresh mounts) with the rules on the mounts kept in its slots. Raw system
+/// calls only.
+fn restrict_own(plan: &ChildPlan) -> io::Result<()> {
+    match &plan.landlock {
+        Some(landlock) => {
+            let ruleset = build_ruleset(landlock, &open_path, &[])?;
+            add_slot_rules(&ruleset, landlock, &plan.slots)?;
+            enforce(&ruleset)
+        }
+        None => Ok(()),
+    }
+}
+
+/// `no_new_privs`, then `landlock_restrict_self` with `ruleset` (the calling thread only, for
+/// good). Raw system calls only.
+pub(crate) fn enforce(ruleset: &OwnedFd) -> io::Result<()> {
     rustix::thread::set_no_new_privs(true)?;
     landlock::restrict_self(ruleset.as_fd())
 }

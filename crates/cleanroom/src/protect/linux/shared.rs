@@ -90,13 +90,45 @@ pub(crate) fn establish(plan: &ChildPlan) -> io::Result<Established> {
     let (plan, outcomes) = joined?;
     let no_host_copies = match plan.host_trees.is_empty() {
         true => None,
-        false => super::probe_in_child(super::Probe::HostCopy(&plan)).err(),
+        false => simulated_kernel_before_6_15()
+            .or_else(|| super::probe_in_child(super::Probe::HostCopy(&plan)).err()),
     };
     Ok(Established {
         plan,
         outcomes,
         no_host_copies,
     })
+}
+
+/// Test hook of debug builds only (release builds have neither the variable nor the check):
+/// set to `1`, [`establish`] reports that children cannot copy host paths out of the holder's
+/// copies of the host's trees, as Linux before 6.15 does, so the fallback of a long-lived
+/// spawner on such a kernel (each child sets up namespaces of its own) can be tested on a newer
+/// one. It only makes the shared set-up fail; it never fakes a success.
+#[cfg(debug_assertions)]
+pub const TEST_KERNEL_BEFORE_6_15_ENV: &str = "CLEANROOM_TEST_KERNEL_BEFORE_6_15";
+
+/// The refusal [`TEST_KERNEL_BEFORE_6_15_ENV`] simulates, when it is set (debug builds).
+fn simulated_kernel_before_6_15() -> Option<io::Error> {
+    #[cfg(debug_assertions)]
+    if std::env::var_os(TEST_KERNEL_BEFORE_6_15_ENV).is_some_and(|v| v == "1") {
+        return Some(io::Error::other(format!(
+            "simulated by {TEST_KERNEL_BEFORE_6_15_ENV}=1, a test hook of debug builds that \
+             behaves as a kernel before 6.15"
+        )));
+    }
+    None
+}
+
+/// The ruleset of `plan` built now, without a holder, as [`establish`] builds the ruleset of
+/// the namespaces it sets up: its early rules on the objects the parent opened, its late rules
+/// (the mount points of its private directories) on what their paths name in this process's
+/// mount namespace. For a long-lived spawner whose children set up namespaces of their own: a
+/// layer built once at its start beneath the rules its threads resolve later (which see this
+/// mount namespace; a child, whose private mounts hide those directories from Landlock, builds
+/// its own layer after mounting). `None` when the plan has no ruleset.
+pub(crate) fn ruleset_here(plan: &ChildPlan) -> io::Result<Option<OwnedFd>> {
+    Ok(open_joined(plan, None, Vec::new())?.ruleset)
 }
 
 /// The descriptors a holder uses (open across the fork: [`establish`] keeps them).
