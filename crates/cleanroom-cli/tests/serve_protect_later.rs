@@ -307,16 +307,11 @@ fn server_as(
     if !skip::root_or_skip("the fallback of a server over empty /tmp and /var/tmp") {
         return None;
     }
-    Some(Server::start_in_mount_namespace(
+    Some(Server::start_over_fresh_tmp(
         &["--protect", "home"],
-        false,
         |work, command| {
             command.env(KERNEL_BEFORE_6_15, "1");
             prepare(work, command);
-        },
-        |_| {
-            "mount -t tmpfs -o mode=1777 tmpfs /tmp\nmount -t tmpfs -o mode=1777 tmpfs /var/tmp"
-                .into()
         },
     ))
 }

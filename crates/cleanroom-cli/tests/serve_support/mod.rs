@@ -69,7 +69,7 @@ impl Server {
         prepare: impl FnOnce(&Path, &mut Command),
     ) -> Server {
         let uid = if ordinary { ordinary_uid() } else { None };
-        Server::start_with_prepared(args, uid, false, prepare)
+        Server::start_with_prepared(args, uid, false, None, prepare)
     }
 
     /// [`Server::start_prepared`] in a private mount namespace of its own, where `setup` (a shell
@@ -99,10 +99,42 @@ impl Server {
             ];
             wrap(command, &wrapper, &[script.as_str(), "sh"]);
         };
-        Server::start_with_prepared(args, uid, false, |work, command| {
+        Server::start_with_prepared(args, uid, false, None, |work, command| {
             prepare(work, command);
             wrapper(work, command);
         })
+    }
+
+    /// [`Server::start_prepared`] as root in a private mount namespace of its own over fresh,
+    /// empty `/tmp` and `/var/tmp` (tmpfs). Its work dir and a copy of the binary are placed
+    /// beneath `/run`, so that they stay in the server's sight wherever the checkout lives (from
+    /// a checkout under `/tmp` they would be in `/tmp` or `/var/tmp`, hidden by the tmpfs).
+    /// Root only.
+    pub fn start_over_fresh_tmp(
+        args: &[&str],
+        prepare: impl FnOnce(&Path, &mut Command),
+    ) -> Server {
+        let script = "mount -t tmpfs -o mode=1777 tmpfs /tmp\n\
+                      mount -t tmpfs -o mode=1777 tmpfs /var/tmp\n\
+                      exec \"$@\"";
+        let wrapper = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-ec",
+        ];
+        Server::start_with_prepared(
+            args,
+            None,
+            false,
+            Some(Path::new("/run")),
+            |work, command| {
+                prepare(work, command);
+                wrap(command, &wrapper, &[script, "sh"]);
+            },
+        )
     }
 
     /// [`Server::start`] (or [`Server::start_unprivileged`]), with the server's stderr in a file
@@ -113,24 +145,35 @@ impl Server {
     }
 
     fn start_with(args: &[&str], uid: Option<u32>, logged: bool) -> Server {
-        Server::start_with_prepared(args, uid, logged, |_, _| {})
+        Server::start_with_prepared(args, uid, logged, None, |_, _| {})
     }
 
     /// The work and state dirs are under the test target's tmp dir (or /var/tmp for a checkout
     /// under /tmp, see `reach::outside_tmp`); a server run as another uid gets them (and the
-    /// binary) where that uid can reach them (see `reach`).
+    /// binary) where that uid can reach them (see `reach`). With `beside`, a root server's work
+    /// and state dirs are beneath that directory instead, with a copy of the binary.
     fn start_with_prepared(
         args: &[&str],
         uid: Option<u32>,
         logged: bool,
+        beside: Option<&Path>,
         prepare: impl FnOnce(&Path, &mut Command),
     ) -> Server {
         let target_tmp = reach::outside_tmp(Path::new(env!("CARGO_TARGET_TMPDIR")));
         let target_tmp = target_tmp.as_path();
         let bin = Path::new(env!("CARGO_BIN_EXE_cleanroom"));
-        let (dir, runnable) = match uid {
-            None => (tempfile::tempdir_in(target_tmp).unwrap(), None),
-            Some(_) => (
+        let (dir, runnable) = match (uid, beside) {
+            (None, None) => (tempfile::tempdir_in(target_tmp).unwrap(), None),
+            (None, Some(parent)) => {
+                let dir = tempfile::Builder::new()
+                    .prefix("cleanroom-it-serve-")
+                    .tempdir_in(parent);
+                let dir =
+                    dir.unwrap_or_else(|e| panic!("a directory in {}: {e}", parent.display()));
+                let copy = reach::RunnableByNobody::copied_into(bin, dir.path());
+                (dir, Some(copy))
+            }
+            (Some(_), _) => (
                 reach::tempdir_reachable_by_nobody(target_tmp, "serve-"),
                 Some(reach::RunnableByNobody::new(bin)),
             ),

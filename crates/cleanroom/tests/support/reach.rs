@@ -98,6 +98,12 @@ impl RunnableByNobody {
                 _copy: None,
             };
         }
+        RunnableByNobody::copied_into(binary, parent)
+    }
+
+    /// A copy of `binary` (same file name, mode 0755) in a private directory in `parent`,
+    /// whoever can reach the binary where it is.
+    pub fn copied_into(binary: &Path, parent: &Path) -> RunnableByNobody {
         let dir = shared_tempdir(parent, "cleanroom-it-bin-");
         let copy = dir
             .path()
