@@ -518,6 +518,20 @@ async fn without_shared_namespaces_processes_and_fs_calls_still_write_what_the_s
             }
         }
     }
+    // A managed sandbox that hides `/dev` starts too: the layer's rule on `/dev/shm`, which its
+    // own mounts hide, grants nothing (it failed at the Landlock stage, ENOENT).
+    let mut devless = workspace_write(&proj);
+    let entries = &mut devless["permissions"]["file_system"]["entries"];
+    let dev = path_entry(Path::new("/dev"), "none");
+    entries.as_array_mut().unwrap().push(dev);
+    let script = format!(
+        "echo x > '{}' && echo started\n",
+        proj.join("devless").display()
+    );
+    let (_, out, code) = c.run("devless", &proj, devless, &script).await;
+    if code != 0 || !out.contains("started") {
+        failures.push(format!("a managed sandbox hiding /dev: {out:?} ({code})"));
+    }
     for path in [proj.join("w"), PathBuf::from("/tmp").join(&tag)] {
         if let Err(e) = write_file(&mut c, &path).await {
             failures.push(format!("fs/writeFile {}: {e:?}", path.display()));
@@ -528,7 +542,7 @@ async fn without_shared_namespaces_processes_and_fs_calls_still_write_what_the_s
         failures.push(format!("fs/writeFile into the home: {written}"));
     }
     assert!(failures.is_empty(), "{failures:#?}");
-    for made in ["null", "managed", "w"] {
+    for made in ["null", "managed", "devless", "w"] {
         assert!(proj.join(made).exists(), "{made}");
     }
     let home: Vec<_> = std::fs::read_dir(work.join("home/.ssh")).unwrap().collect();

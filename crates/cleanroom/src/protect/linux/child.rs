@@ -389,7 +389,8 @@ impl Steps {
                 // beneath `Within`'s inner rules); not its slot rules, on mounts of its own
                 // children only.
                 if let Some(landlock) = &layer.landlock {
-                    enforce(&build_ruleset(landlock, &open_path, &[])?)?;
+                    let absent = Absent::GrantsNothing;
+                    enforce(&build_ruleset(landlock, &open_path, &[], absent)?)?;
                 }
                 restrict_own(own)
             }
@@ -404,7 +405,8 @@ impl Steps {
                 self.restrict_established()?;
                 match &inner.landlock {
                     Some(landlock) => {
-                        enforce(&build_ruleset(landlock, &open_path, &outer.private_dirs)?)
+                        let dirs = &outer.private_dirs;
+                        enforce(&build_ruleset(landlock, &open_path, dirs, Absent::Fails)?)
                     }
                     None => Ok(()),
                 }
@@ -669,14 +671,26 @@ fn clear_capability_sets(cleared: CapabilitySet) -> io::Result<()> {
     Ok(())
 }
 
+/// What [`build_ruleset`] does with a late rule whose path names nothing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Absent {
+    /// The build fails: the plan's own private directories are there by construction.
+    Fails,
+    /// The rule grants nothing (stricter, never weaker): a start-time layer built in a child
+    /// whose own sandbox hides the directory (`/dev` hidden, so no `/dev/shm`).
+    GrantsNothing,
+}
+
 /// Builds the ruleset of `plan`; a late rule's path is opened with `open_late` (in the child
 /// after its mounts, or from outside through a holder's root), and so is an early rule's path
 /// beneath one of `private_dirs` (the private mounts of namespaces the child joined, which cover
-/// the inode the parent opened). Raw system calls only, so it also runs after fork.
+/// the inode the parent opened); a late rule's path that names nothing is as `absent` says. Raw
+/// system calls only, so it also runs after fork.
 pub(crate) fn build_ruleset(
     plan: &LandlockPlan,
     open_late: &dyn Fn(&CStr) -> io::Result<OwnedFd>,
     private_dirs: &[CString],
+    absent: Absent,
 ) -> io::Result<OwnedFd> {
     let ruleset = landlock::create_ruleset(plan.handled)?;
     for rule in &plan.rules {
@@ -688,8 +702,11 @@ pub(crate) fn build_ruleset(
         }
     }
     for (path, rights) in &plan.late_rules {
-        let fd = open_late(path)?;
-        add_rule(&ruleset, &fd, *rights)?;
+        match open_late(path) {
+            Ok(fd) => add_rule(&ruleset, &fd, *rights)?,
+            Err(e) if absent == Absent::GrantsNothing && e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(ruleset)
 }
@@ -716,7 +733,7 @@ fn is_beneath(path: &CStr, dir: &CStr) -> bool {
 fn restrict_own(plan: &ChildPlan) -> io::Result<()> {
     match &plan.landlock {
         Some(landlock) => {
-            let ruleset = build_ruleset(landlock, &open_path, &[])?;
+            let ruleset = build_ruleset(landlock, &open_path, &[], Absent::Fails)?;
             add_slot_rules(&ruleset, landlock, &plan.slots)?;
             enforce(&ruleset)
         }

@@ -261,6 +261,7 @@ fn open_joined(
             landlock,
             &open_inside,
             &plan.private_dirs,
+            child::Absent::Fails,
         )?),
         None => None,
     };
