@@ -47,6 +47,17 @@ pub struct Server {
     uid: Option<u32>,
 }
 
+/// The program a server started in a private mount namespace of its own runs through: a shell
+/// script (the first argument after it) in a new mount namespace, whose mounts stay private.
+const IN_A_MOUNT_NAMESPACE: [&str; 6] = [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "sh",
+    "-ec",
+];
+
 impl Server {
     /// Starts the server with `args` after `serve`.
     pub fn start(args: &[&str]) -> Server {
@@ -89,15 +100,7 @@ impl Server {
                 None => String::new(),
             };
             let script = format!("{script}\nexec {as_user}\"$@\"");
-            let wrapper = [
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-ec",
-            ];
-            wrap(command, &wrapper, &[script.as_str(), "sh"]);
+            wrap(command, &IN_A_MOUNT_NAMESPACE, &[script.as_str(), "sh"]);
         };
         Server::start_with_prepared(args, uid, false, None, |work, command| {
             prepare(work, command);
@@ -117,24 +120,11 @@ impl Server {
         let script = "mount -t tmpfs -o mode=1777 tmpfs /tmp\n\
                       mount -t tmpfs -o mode=1777 tmpfs /var/tmp\n\
                       exec \"$@\"";
-        let wrapper = [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-ec",
-        ];
-        Server::start_with_prepared(
-            args,
-            None,
-            false,
-            Some(Path::new("/run")),
-            |work, command| {
-                prepare(work, command);
-                wrap(command, &wrapper, &[script, "sh"]);
-            },
-        )
+        let run = Some(Path::new("/run"));
+        Server::start_with_prepared(args, None, false, run, |work, command| {
+            prepare(work, command);
+            wrap(command, &IN_A_MOUNT_NAMESPACE, &[script, "sh"]);
+        })
     }
 
     /// [`Server::start`] (or [`Server::start_unprivileged`]), with the server's stderr in a file
