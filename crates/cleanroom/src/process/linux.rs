@@ -9,12 +9,12 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
 use rustix::process::{Pid, PidfdFlags, Signal};
 
 use super::{Host, Observed, ProcessId, ProcessInfo};
-pub use crate::sys::linux::fd::read_kernel_file;
+use crate::sys::linux::fd::read_kernel_path;
+pub use crate::sys::linux::fd::{read_kernel_file, read_kernel_text};
 
 /// The current machine, boot and pid namespace.
 pub(super) fn current_host() -> io::Result<Host> {
@@ -281,17 +281,6 @@ pub fn environ(pid: u32) -> Option<Vec<u8>> {
             })
             .or(first.ok()),
     }
-}
-
-/// [`read_kernel_file`] of `path`.
-fn read_kernel_path(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
-    read_kernel_file(fs::File::open(path)?)
-}
-
-/// [`read_kernel_file`] of `path`, as text.
-pub fn read_kernel_text(path: impl AsRef<Path>) -> io::Result<String> {
-    String::from_utf8(read_kernel_path(path)?)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Whether the environment of `pid` has exactly the entry `needle`.

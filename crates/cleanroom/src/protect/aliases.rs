@@ -47,7 +47,7 @@ impl MountTable {
     /// mount point, which changes where that mount shows; a table kept across such a rename
     /// would grant by paths that no longer show what they showed.
     pub fn read() -> std::io::Result<MountTable> {
-        let text = crate::process::read_kernel_file(std::fs::File::open("/proc/self/mountinfo")?)?;
+        let text = crate::sys::linux::fd::read_kernel_path("/proc/self/mountinfo")?;
         Ok(MountTable::parse(&text))
     }
 

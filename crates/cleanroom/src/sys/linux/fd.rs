@@ -162,3 +162,14 @@ pub fn read_kernel_file(mut file: std::fs::File) -> io::Result<Vec<u8>> {
     data.truncate(len);
     Ok(data)
 }
+
+/// [`read_kernel_file`] of `path`.
+pub(crate) fn read_kernel_path(path: impl AsRef<std::path::Path>) -> io::Result<Vec<u8>> {
+    read_kernel_file(std::fs::File::open(path)?)
+}
+
+/// [`read_kernel_file`] of `path`, as text.
+pub fn read_kernel_text(path: impl AsRef<std::path::Path>) -> io::Result<String> {
+    String::from_utf8(read_kernel_path(path)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}

@@ -146,7 +146,7 @@ pub(crate) struct ArgvArea {
 impl ArgvArea {
     /// This process's argv area, if `/proc/self/stat` gives one.
     pub(crate) fn of_this_process() -> Option<ArgvArea> {
-        let stat = own_stat()?;
+        let stat = super::fd::read_kernel_text("/proc/self/stat").ok()?;
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
         // Index 0 is field 3 (state), so field N is at N - 3.
         let start = fields.get(45)?.parse().ok()?;
@@ -204,7 +204,7 @@ pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// Whether this process has a single thread (field 20 of `/proc/self/stat`; an unreadable one
 /// counts as more).
 fn single_threaded() -> bool {
-    let Some(stat) = own_stat() else {
+    let Ok(stat) = super::fd::read_kernel_text("/proc/self/stat") else {
         return false;
     };
     // Index 0 is field 3 (state), so field 20 is at 17.
@@ -273,11 +273,4 @@ pub(crate) fn spawn_into_cgroup(
         rustix::process::WaitOptions::empty(),
     );
     Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)))
-}
-
-/// This process's `/proc/self/stat`, read in one call (not `fs::read_to_string`'s growing probe
-/// reads, each of which has the kernel format the line again).
-fn own_stat() -> Option<String> {
-    let file = std::fs::File::open("/proc/self/stat").ok()?;
-    String::from_utf8(super::fd::read_kernel_file(file).ok()?).ok()
 }
