@@ -304,11 +304,22 @@ fn server_as(
     if shared == Shared::Established {
         return Some(Server::start_prepared(&protect_home(), false, prepare));
     }
+    fallback_server(false, prepare)
+}
+
+/// A server of `--protect home` that falls back (see [`server_as`]), as root or as an ordinary
+/// user (`ordinary`: `nobody`, through `setpriv` once its empty `/tmp` and `/var/tmp` are
+/// mounted); `None` (a skip recorded) where that cannot be set up.
+fn fallback_server(
+    ordinary: bool,
+    prepare: impl FnOnce(&Path, &mut std::process::Command),
+) -> Option<Server> {
     if !skip::root_or_skip("the fallback of a server over empty /tmp and /var/tmp") {
         return None;
     }
     Some(Server::start_over_fresh_tmp(
         &["--protect", "home"],
+        ordinary,
         |work, command| {
             command.env(KERNEL_BEFORE_6_15, "1");
             prepare(work, command);
@@ -475,7 +486,23 @@ async fn a_toolchain_home_moved_aside_after_the_start_stays_read_only() {
 /// (see [`server_as`]).
 #[tokio::test]
 async fn without_shared_namespaces_processes_and_fs_calls_still_write_what_the_start_allowed() {
-    let server = server_as(Shared::Fallback, |work, command| {
+    start_allowed_writes(false).await;
+}
+
+/// As [`without_shared_namespaces_processes_and_fs_calls_still_write_what_the_start_allowed`],
+/// the server run by an ordinary user (`nobody`), whose processes run as that user. Fails where
+/// each process makes a user namespace of its own: a child of the server, which is not dumpable,
+/// is not either, so its `/proc/self/uid_map` is root's and it cannot write its id maps (EACCES):
+/// no process started at all.
+#[tokio::test]
+async fn without_shared_namespaces_an_ordinary_users_processes_start_and_stay_confined() {
+    start_allowed_writes(true).await;
+}
+
+/// The writes of a fallback server's processes and `fs/*` calls, the server run as root or as
+/// an ordinary user (`ordinary`).
+async fn start_allowed_writes(ordinary: bool) {
+    let server = fallback_server(ordinary, |work, command| {
         for dir in ["home/.ssh", "proj"] {
             std::fs::create_dir_all(work.join(dir)).unwrap();
         }
@@ -493,6 +520,9 @@ async fn without_shared_namespaces_processes_and_fs_calls_still_write_what_the_s
     }
     let proj = work.join("proj");
     assert!(!shares_dev_shm(&mut c, &proj).await, "not the fallback");
+    let (_, out, _) = c.run("uid", &proj, Value::Null, "id -u\n").await;
+    let uid = if ordinary { serve_support::NOBODY } else { 0 };
+    assert_eq!(out.trim(), uid.to_string(), "the processes' user");
     let tag = format!("cleanroom-layer-{}", std::process::id());
     let mut failures = Vec::new();
     let mut managed = workspace_write(&proj);

@@ -305,10 +305,12 @@ impl Drops {
 }
 
 /// What the calling process is when it sets up namespaces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Role {
-    /// A child making its own namespaces.
-    Own,
+#[derive(Clone, Copy, Debug)]
+enum Role<'a> {
+    /// A child making its own namespaces, inside `user` when given: a user namespace made for
+    /// it before ([`enter_user_namespace`], in a holder), which it joins first instead of making
+    /// one of its own.
+    Own { user: Option<&'a OwnedFd> },
     /// A holder of namespaces many children join: it skips [`MountStep::UserPath`] steps.
     Holder,
     /// A child inside joined namespaces.
@@ -350,13 +352,14 @@ impl Steps {
     }
 
     /// Applies the steps to the calling process, a child (`child`): namespaces, then mounts,
-    /// then capabilities, then Landlock. Runs after fork: raw system calls only; an error
-    /// carries its stage.
-    pub fn apply(&self, child: &InChild) -> io::Result<()> {
+    /// then capabilities, then Landlock. A child that sets up namespaces of its own (`Own`,
+    /// `Layered`) makes them inside `user` when given (see [`enter`]). Runs after fork: raw
+    /// system calls only; an error carries its stage.
+    pub fn apply(&self, child: &InChild, user: Option<&OwnedFd>) -> io::Result<()> {
         match self {
             Steps::Own(plan) | Steps::Layered { own: plan, .. } => {
                 let report = plan.report.get(child);
-                enter(&[Some(plan.as_ref())], Role::Own, &mut [], report)?;
+                enter(&[Some(plan.as_ref())], Role::Own { user }, &mut [], report)?;
             }
             Steps::Join(plan) => join(plan).map_err(|e| failed(Stage::Join, e))?,
             Steps::Within {
@@ -472,10 +475,12 @@ pub(crate) enum Privilege {
 
 /// Enters the namespaces of `plans` (together) and makes their mounts in order, writing the
 /// outcome of best-effort steps to `report`. A holder first takes a copy of the host's tree at
-/// each of the plan's host directories into `held` (before anything is mounted over them).
+/// each of the plan's host directories into `held` (before anything is mounted over them). A
+/// child with a user namespace made for it (`role`) joins it first, when it makes namespaces at
+/// all.
 fn enter(
     plans: &[Option<&ChildPlan>],
-    role: Role,
+    role: Role<'_>,
     held: &mut [Option<OwnedFd>],
     report: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
@@ -487,8 +492,16 @@ fn enter(
     }
     if flags != 0 {
         let privilege = match role {
+            Role::Own { user: Some(user) } => {
+                rustix::thread::move_into_link_name_space(
+                    user.as_fd(),
+                    Some(LinkNameSpaceType::User),
+                )
+                .map_err(|e| failed(Stage::Join, e.into()))?;
+                Privilege::InJoinedNamespace
+            }
             Role::Joined => Privilege::InJoinedNamespace,
-            Role::Own | Role::Holder => Privilege::AsRootOnly,
+            Role::Own { user: None } | Role::Holder => Privilege::AsRootOnly,
         };
         enter_namespaces(flags, privilege).map_err(|e| failed(Stage::Namespaces, e))?;
     }
@@ -524,6 +537,13 @@ pub(crate) fn enter_as_holder(
     report: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
     enter(&[Some(plan)], Role::Holder, held, report)
+}
+
+/// What the holder of a user namespace made for children that set up namespaces of their own
+/// does ([`super::shared::user_namespace`]): makes a user namespace with its uid and gid mapped
+/// to themselves, as [`enter_namespaces`] would for such a child. Raw system calls only.
+pub(crate) fn enter_user_namespace() -> io::Result<()> {
+    enter_namespaces(0, Privilege::AsRootOnly)
 }
 
 /// Takes, while still in the joined mount namespace (the copies of `trees` may be copied only
@@ -765,13 +785,13 @@ fn add_rule(ruleset: &OwnedFd, fd: &OwnedFd, rights: u64) -> io::Result<()> {
 fn apply_step(
     step: &MountStep,
     plan: &ChildPlan,
-    role: Role,
+    role: Role<'_>,
     report: Option<BorrowedFd<'_>>,
     index: usize,
 ) -> io::Result<()> {
     let slots = &plan.slots;
     match step {
-        MountStep::UserPath(_) if role == Role::Holder => Ok(()),
+        MountStep::UserPath(_) if matches!(role, Role::Holder) => Ok(()),
         MountStep::UserPath(step) => apply_step(step, plan, role, report, index),
         MountStep::Keep {
             path,
@@ -1030,7 +1050,7 @@ pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
     let result = (|| {
         enter(
             &[Some(&ChildPlan::namespaces_only(mount_ns, net_ns))],
-            Role::Own,
+            Role::Own { user: None },
             &mut [],
             None,
         )?;
@@ -1048,7 +1068,7 @@ pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
 pub(crate) fn probe_overlay(target: &CStr, data: &CStr) -> i32 {
     let result = enter(
         &[Some(&ChildPlan::namespaces_only(true, false))],
-        Role::Own,
+        Role::Own { user: None },
         &mut [],
         None,
     )
