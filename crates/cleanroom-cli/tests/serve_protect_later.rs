@@ -304,22 +304,25 @@ fn server_as(
     if shared == Shared::Established {
         return Some(Server::start_prepared(&protect_home(), false, prepare));
     }
-    fallback_server(false, prepare)
+    fallback_server(false, &[], prepare)
 }
 
 /// A server of `--protect home` that falls back (see [`server_as`]), as root or as an ordinary
-/// user (`ordinary`: `nobody`, through `setpriv` once its empty `/tmp` and `/var/tmp` are
-/// mounted); `None` (a skip recorded) where that cannot be set up.
+/// user (`ordinary`: `nobody`, through `setpriv` once its `/tmp` and `/var/tmp` are mounted),
+/// over `/tmp` and `/var/tmp` with `entries` (see [`Server::start_over_fresh_tmp`]); `None` (a
+/// skip recorded) where that cannot be set up.
 fn fallback_server(
     ordinary: bool,
+    entries: &[&str],
     prepare: impl FnOnce(&Path, &mut std::process::Command),
 ) -> Option<Server> {
-    if !skip::root_or_skip("the fallback of a server over empty /tmp and /var/tmp") {
+    if !skip::root_or_skip("the fallback of a server over fresh /tmp and /var/tmp") {
         return None;
     }
     Some(Server::start_over_fresh_tmp(
         &["--protect", "home"],
         ordinary,
+        entries,
         |work, command| {
             command.env(KERNEL_BEFORE_6_15, "1");
             prepare(work, command);
@@ -502,7 +505,7 @@ async fn without_shared_namespaces_an_ordinary_users_processes_start_and_stay_co
 /// The writes of a fallback server's processes and `fs/*` calls, the server run as root or as
 /// an ordinary user (`ordinary`).
 async fn start_allowed_writes(ordinary: bool) {
-    let server = fallback_server(ordinary, |work, command| {
+    let server = fallback_server(ordinary, &[], |work, command| {
         for dir in ["home/.ssh", "proj"] {
             std::fs::create_dir_all(work.join(dir)).unwrap();
         }

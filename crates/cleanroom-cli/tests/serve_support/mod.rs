@@ -113,10 +113,12 @@ impl Server {
     /// [`Server::start_unprivileged`], through `setpriv` once the tmpfs are mounted). Its work
     /// dir and a copy of the binary are placed beneath `/run`, so that they stay in the server's
     /// sight wherever the checkout lives (from a checkout under `/tmp` they would be in `/tmp`
-    /// or `/var/tmp`, hidden by the tmpfs). Root only.
+    /// or `/var/tmp`, hidden by the tmpfs). `entries`: names of files made in each of those
+    /// (owned by root, mode 0644) before the server starts. Root only.
     pub fn start_over_fresh_tmp(
         args: &[&str],
         ordinary: bool,
+        entries: &[&str],
         prepare: impl FnOnce(&Path, &mut Command),
     ) -> Server {
         let uid = if ordinary { ordinary_uid() } else { None };
@@ -124,9 +126,14 @@ impl Server {
             Some(uid) => format!("setpriv --reuid={uid} --regid={uid} --clear-groups "),
             None => String::new(),
         };
+        let made: String = entries
+            .iter()
+            .map(|name| format!("echo host > /tmp/{name}\necho host > /var/tmp/{name}\n"))
+            .collect();
         let script = format!(
             "mount -t tmpfs -o mode=1777 tmpfs /tmp\n\
              mount -t tmpfs -o mode=1777 tmpfs /var/tmp\n\
+             {made}\
              exec {as_user}\"$@\""
         );
         let run = Some(Path::new("/run"));
