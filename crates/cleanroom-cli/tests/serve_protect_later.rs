@@ -591,3 +591,63 @@ async fn start_allowed_writes(ordinary: bool) {
     }
     server.stop();
 }
+
+/// Where the host's `/tmp` and `/var/tmp` have entries (their private directories are overlays
+/// over them) and each process sets up namespaces of its own (a kernel before 6.15), processes
+/// still start, one after the other, with and without a managed sandbox, as root and as an
+/// ordinary user: each sees the host's entries, and each without a sandbox writes its private
+/// `/tmp` and `/var/tmp`, not the host's (one of its own: the one before wrote there too; a
+/// managed one sees the server's, as the host's). Fails where each process mounts the overlay anew over the same upper and work
+/// directories: `volatile` leaves the work directory unusable to the next mount (EINVAL, so no
+/// process started at all).
+#[tokio::test]
+async fn without_shared_namespaces_processes_start_over_a_host_tmp_with_entries() {
+    for ordinary in [false, true] {
+        host_tmp_with_entries(ordinary).await;
+    }
+}
+
+async fn host_tmp_with_entries(ordinary: bool) {
+    let entry = "cleanroom-host-entry";
+    let server = fallback_server(ordinary, &[entry], |work, command| {
+        std::fs::create_dir_all(work.join("proj")).unwrap();
+        command.current_dir(work.join("proj"));
+    });
+    let Some(server) = server else {
+        return;
+    };
+    let work = server.work();
+    let proj = work.join("proj");
+    let mut c = server.client().await;
+    assert!(!shares_dev_shm(&mut c, &proj).await, "not the fallback");
+    let tag = format!("cleanroom-mine-{}", std::process::id());
+    let mut failures = Vec::new();
+    let starts = [
+        ("first", Value::Null),
+        ("second", Value::Null),
+        ("managed", workspace_write(&proj)),
+    ];
+    for (id, sandbox) in starts {
+        let write = match sandbox.is_null() {
+            true => format!("set -o noclobber && echo x > /tmp/{tag} && echo x > /var/tmp/{tag}"),
+            false => "true".to_string(),
+        };
+        let script = format!("cat /tmp/{entry} /var/tmp/{entry} && {write} && echo {id}:ok\n");
+        let (_, out, code) = c.run(id, &proj, sandbox, &script).await;
+        if code != 0 || out != format!("host\nhost\n{id}:ok\n") {
+            failures.push(format!("{id} (as nobody: {ordinary}): {out:?} ({code})"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    let host = format!("/proc/{}/root", server.pid());
+    for dir in ["tmp", "var/tmp"] {
+        let dir = Path::new(&host).join(dir);
+        assert!(dir.join(entry).exists(), "{}", dir.display());
+        assert!(
+            !dir.join(&tag).exists(),
+            "written into the host's {}",
+            dir.display()
+        );
+    }
+    server.stop();
+}
