@@ -294,9 +294,9 @@ const KERNEL_BEFORE_6_15: &str = "CLEANROOM_TEST_KERNEL_BEFORE_6_15";
 ///
 /// The fallback: the debug builds' test hook, and a private `/tmp` and `/var/tmp` (the host
 /// paths that force it), over empty tmpfs mounts in a mount namespace of the server's own
-/// (root only): over a host directory with entries, a private directory is an overlay, which the
-/// fallback's processes, each mounting it anew on the same upper and work directories, cannot
-/// mount (`volatile` leaves its work directory unusable to the next mount: an open issue).
+/// (root only), where the processes share one private `/tmp` (over a host directory with
+/// entries each has an overlay of its own: see
+/// [`without_shared_namespaces_processes_start_over_a_host_tmp_with_entries`]).
 fn server_as(
     shared: Shared,
     prepare: impl FnOnce(&Path, &mut std::process::Command),
