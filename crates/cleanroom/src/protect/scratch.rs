@@ -731,6 +731,16 @@ mod tests {
             ),
             "{text}"
         );
+        // A child's own layers: the same suffix after each layer's path.
+        let [head, middle, tail] = overlay_option_parts(&plan, Path::new("/w"));
+        let own = [head, b".p7.0".to_vec(), middle, b".p7.0".to_vec(), tail].concat();
+        let own = String::from_utf8(own).unwrap();
+        assert!(
+            own.starts_with(
+                "lowerdir=/tmp,upperdir=/s\\,t\\:a\\\\te/private-tmp.p7.0,workdir=/w.p7.0,volatile"
+            ),
+            "{own}"
+        );
     }
 
     #[test]
