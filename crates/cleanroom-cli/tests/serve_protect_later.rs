@@ -294,9 +294,9 @@ const KERNEL_BEFORE_6_15: &str = "CLEANROOM_TEST_KERNEL_BEFORE_6_15";
 ///
 /// The fallback: the debug builds' test hook, and a private `/tmp` and `/var/tmp` (the host
 /// paths that force it), over empty tmpfs mounts in a mount namespace of the server's own
-/// (root only): over a host directory with entries, a private directory is an overlay, which the
-/// fallback's processes, each mounting it anew on the same upper and work directories, cannot
-/// mount (`volatile` leaves its work directory unusable to the next mount: an open issue).
+/// (root only), where the processes share one private `/tmp` (over a host directory with
+/// entries each has an overlay of its own: see
+/// [`without_shared_namespaces_processes_start_over_a_host_tmp_with_entries`]).
 fn server_as(
     shared: Shared,
     prepare: impl FnOnce(&Path, &mut std::process::Command),
@@ -304,11 +304,25 @@ fn server_as(
     if shared == Shared::Established {
         return Some(Server::start_prepared(&protect_home(), false, prepare));
     }
-    if !skip::root_or_skip("the fallback of a server over empty /tmp and /var/tmp") {
+    fallback_server(false, &[], prepare)
+}
+
+/// A server of `--protect home` that falls back (see [`server_as`]), as root or as an ordinary
+/// user (`ordinary`: `nobody`, through `setpriv` once its `/tmp` and `/var/tmp` are mounted),
+/// over `/tmp` and `/var/tmp` with `entries` (see [`Server::start_over_fresh_tmp`]); `None` (a
+/// skip recorded) where that cannot be set up.
+fn fallback_server(
+    ordinary: bool,
+    entries: &[&str],
+    prepare: impl FnOnce(&Path, &mut std::process::Command),
+) -> Option<Server> {
+    if !skip::root_or_skip("the fallback of a server over fresh /tmp and /var/tmp") {
         return None;
     }
     Some(Server::start_over_fresh_tmp(
         &["--protect", "home"],
+        ordinary,
+        entries,
         |work, command| {
             command.env(KERNEL_BEFORE_6_15, "1");
             prepare(work, command);
@@ -475,7 +489,23 @@ async fn a_toolchain_home_moved_aside_after_the_start_stays_read_only() {
 /// (see [`server_as`]).
 #[tokio::test]
 async fn without_shared_namespaces_processes_and_fs_calls_still_write_what_the_start_allowed() {
-    let server = server_as(Shared::Fallback, |work, command| {
+    start_allowed_writes(false).await;
+}
+
+/// As [`without_shared_namespaces_processes_and_fs_calls_still_write_what_the_start_allowed`],
+/// the server run by an ordinary user (`nobody`), whose processes run as that user. Fails where
+/// each process makes a user namespace of its own: a child of the server, which is not dumpable,
+/// is not either, so its `/proc/self/uid_map` is root's and it cannot write its id maps (EACCES):
+/// no process started at all.
+#[tokio::test]
+async fn without_shared_namespaces_an_ordinary_users_processes_start_and_stay_confined() {
+    start_allowed_writes(true).await;
+}
+
+/// The writes of a fallback server's processes and `fs/*` calls, the server run as root or as
+/// an ordinary user (`ordinary`).
+async fn start_allowed_writes(ordinary: bool) {
+    let server = fallback_server(ordinary, &[], |work, command| {
         for dir in ["home/.ssh", "proj"] {
             std::fs::create_dir_all(work.join(dir)).unwrap();
         }
@@ -493,6 +523,9 @@ async fn without_shared_namespaces_processes_and_fs_calls_still_write_what_the_s
     }
     let proj = work.join("proj");
     assert!(!shares_dev_shm(&mut c, &proj).await, "not the fallback");
+    let (_, out, _) = c.run("uid", &proj, Value::Null, "id -u\n").await;
+    let uid = if ordinary { serve_support::NOBODY } else { 0 };
+    assert_eq!(out.trim(), uid.to_string(), "the processes' user");
     let tag = format!("cleanroom-layer-{}", std::process::id());
     let mut failures = Vec::new();
     let mut managed = workspace_write(&proj);
@@ -555,6 +588,66 @@ async fn without_shared_namespaces_processes_and_fs_calls_still_write_what_the_s
                 "{dir}/{name} is the host's"
             );
         }
+    }
+    server.stop();
+}
+
+/// Where the host's `/tmp` and `/var/tmp` have entries (their private directories are overlays
+/// over them) and each process sets up namespaces of its own (a kernel before 6.15), processes
+/// still start, one after the other, with and without a managed sandbox, as root and as an
+/// ordinary user: each sees the host's entries, and each without a sandbox writes its private
+/// `/tmp` and `/var/tmp`, not the host's (one of its own: the one before wrote there too; a
+/// managed one sees the server's, as the host's). Fails where each process mounts the overlay anew over the same upper and work
+/// directories: `volatile` leaves the work directory unusable to the next mount (EINVAL, so no
+/// process started at all).
+#[tokio::test]
+async fn without_shared_namespaces_processes_start_over_a_host_tmp_with_entries() {
+    for ordinary in [false, true] {
+        host_tmp_with_entries(ordinary).await;
+    }
+}
+
+async fn host_tmp_with_entries(ordinary: bool) {
+    let entry = "cleanroom-host-entry";
+    let server = fallback_server(ordinary, &[entry], |work, command| {
+        std::fs::create_dir_all(work.join("proj")).unwrap();
+        command.current_dir(work.join("proj"));
+    });
+    let Some(server) = server else {
+        return;
+    };
+    let work = server.work();
+    let proj = work.join("proj");
+    let mut c = server.client().await;
+    assert!(!shares_dev_shm(&mut c, &proj).await, "not the fallback");
+    let tag = format!("cleanroom-mine-{}", std::process::id());
+    let mut failures = Vec::new();
+    let starts = [
+        ("first", Value::Null),
+        ("second", Value::Null),
+        ("managed", workspace_write(&proj)),
+    ];
+    for (id, sandbox) in starts {
+        let write = match sandbox.is_null() {
+            true => format!("set -o noclobber && echo x > /tmp/{tag} && echo x > /var/tmp/{tag}"),
+            false => "true".to_string(),
+        };
+        let script = format!("cat /tmp/{entry} /var/tmp/{entry} && {write} && echo {id}:ok\n");
+        let (_, out, code) = c.run(id, &proj, sandbox, &script).await;
+        if code != 0 || out != format!("host\nhost\n{id}:ok\n") {
+            failures.push(format!("{id} (as nobody: {ordinary}): {out:?} ({code})"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    let host = format!("/proc/{}/root", server.pid());
+    for dir in ["tmp", "var/tmp"] {
+        let dir = Path::new(&host).join(dir);
+        assert!(dir.join(entry).exists(), "{}", dir.display());
+        assert!(
+            !dir.join(&tag).exists(),
+            "written into the host's {}",
+            dir.display()
+        );
     }
     server.stop();
 }

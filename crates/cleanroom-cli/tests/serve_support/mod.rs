@@ -108,22 +108,38 @@ impl Server {
         })
     }
 
-    /// [`Server::start_prepared`] as root in a private mount namespace of its own over fresh,
-    /// empty `/tmp` and `/var/tmp` (tmpfs). Its work dir and a copy of the binary are placed
-    /// beneath `/run`, so that they stay in the server's sight wherever the checkout lives (from
-    /// a checkout under `/tmp` they would be in `/tmp` or `/var/tmp`, hidden by the tmpfs).
-    /// Root only.
+    /// [`Server::start_prepared`] in a private mount namespace of its own over fresh, empty
+    /// `/tmp` and `/var/tmp` (tmpfs), as root, or as an ordinary user (`ordinary`, as
+    /// [`Server::start_unprivileged`], through `setpriv` once the tmpfs are mounted). Its work
+    /// dir and a copy of the binary are placed beneath `/run`, so that they stay in the server's
+    /// sight wherever the checkout lives (from a checkout under `/tmp` they would be in `/tmp`
+    /// or `/var/tmp`, hidden by the tmpfs). `entries`: names of files made in each of those
+    /// (owned by root, mode 0644) before the server starts. Root only.
     pub fn start_over_fresh_tmp(
         args: &[&str],
+        ordinary: bool,
+        entries: &[&str],
         prepare: impl FnOnce(&Path, &mut Command),
     ) -> Server {
-        let script = "mount -t tmpfs -o mode=1777 tmpfs /tmp\n\
-                      mount -t tmpfs -o mode=1777 tmpfs /var/tmp\n\
-                      exec \"$@\"";
+        let uid = if ordinary { ordinary_uid() } else { None };
+        let as_user = match uid {
+            Some(uid) => format!("setpriv --reuid={uid} --regid={uid} --clear-groups "),
+            None => String::new(),
+        };
+        let made: String = entries
+            .iter()
+            .map(|name| format!("echo host > /tmp/{name}\necho host > /var/tmp/{name}\n"))
+            .collect();
+        let script = format!(
+            "mount -t tmpfs -o mode=1777 tmpfs /tmp\n\
+             mount -t tmpfs -o mode=1777 tmpfs /var/tmp\n\
+             {made}\
+             exec {as_user}\"$@\""
+        );
         let run = Some(Path::new("/run"));
-        Server::start_with_prepared(args, None, false, run, |work, command| {
+        Server::start_with_prepared(args, uid, false, run, |work, command| {
             prepare(work, command);
-            wrap(command, &IN_A_MOUNT_NAMESPACE, &[script, "sh"]);
+            wrap(command, &IN_A_MOUNT_NAMESPACE, &[script.as_str(), "sh"]);
         })
     }
 
@@ -140,7 +156,7 @@ impl Server {
 
     /// The work and state dirs are under the test target's tmp dir (or /var/tmp for a checkout
     /// under /tmp, see `reach::outside_tmp`); a server run as another uid gets them (and the
-    /// binary) where that uid can reach them (see `reach`). With `beside`, a root server's work
+    /// binary) where that uid can reach them (see `reach`). With `beside`, the server's work
     /// and state dirs are beneath that directory instead, with a copy of the binary.
     fn start_with_prepared(
         args: &[&str],
@@ -163,7 +179,12 @@ impl Server {
                 let copy = reach::RunnableByNobody::copied_into(bin, dir.path());
                 (dir, Some(copy))
             }
-            (Some(_), _) => (
+            (Some(_), Some(parent)) => {
+                let dir = reach::tempdir_reachable_by_nobody(parent, "cleanroom-it-serve-");
+                let copy = reach::RunnableByNobody::copied_into(bin, dir.path());
+                (dir, Some(copy))
+            }
+            (Some(_), None) => (
                 reach::tempdir_reachable_by_nobody(target_tmp, "serve-"),
                 Some(reach::RunnableByNobody::new(bin)),
             ),

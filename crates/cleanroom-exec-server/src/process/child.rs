@@ -29,7 +29,7 @@ use base64_simd::STANDARD as BASE64;
 use bytes::Bytes;
 use cleanroom::contain::{Container, SubCgroup};
 use cleanroom::process::ProcessId;
-use cleanroom::protect::Protection;
+use cleanroom::protect::{Protection, Sandbox};
 use rustix::process::Signal;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
@@ -612,13 +612,19 @@ fn launch_on_terminal(
     let master = pty::attach(&mut command)
         .map_err(|e| RpcError::internal(format!("cannot open a terminal: {e}")))?;
     let master = Arc::new(master);
+    let sandbox = hook
+        .as_ref()
+        .and_then(crate::sys::hook::ChildHook::sandbox)
+        .cloned();
     if let Some(hook) = hook {
         // Registered last, so it is the last step before exec.
         crate::sys::exec::run_hook_on_exec(command.as_std_mut(), hook);
     }
     let (child, pid, start) = {
         let mut guard = reaper.spawning();
-        let child = command.spawn().map_err(|e| spawn_error(spec, &e))?;
+        let child = command
+            .spawn()
+            .map_err(|e| spawn_error(spec, sandbox.as_ref(), &e))?;
         // Not yet waited for: tokio has no pid to give only once it has reaped the child.
         let pid = child.id().map_or(0, |p| p as i32);
         let start = started_at(pid);
@@ -689,10 +695,11 @@ fn launch_on_pipes(
         cgroup: placement.leaf(),
         hook,
     })
-    .map_err(|e| spawn_error(spec, &e))?;
+    .map_err(|e| spawn_error(spec, None, &e))?;
+    let sandbox = hook.and_then(crate::sys::hook::ChildHook::sandbox);
     let (pid, start, exit) = {
         let mut guard = reaper.spawning();
-        let (pid, exit) = plan.spawn().map_err(|e| spawn_error(spec, &e))?;
+        let (pid, exit) = plan.spawn().map_err(|e| spawn_error(spec, sandbox, &e))?;
         // Not reaped before its exit is waited for (`Process::begin`): the pid is the child's.
         let start = started_at(pid);
         guard.own_leader(pid, start, scope);
@@ -918,8 +925,15 @@ fn read_result(state: &State, after_seq: u64, max_bytes: Option<u64>) -> Value {
 }
 
 /// -32603 for a failed spawn; a missing program or cwd (ENOENT) carries `kind: spawnNotFound`,
-/// as the reference server's does.
-fn spawn_error(spec: &Spec, e: &std::io::Error) -> RpcError {
+/// as the reference server's does. A failure of the child to set up `sandbox` (the one its hook
+/// applied) names the step, with its path, and the system's answer ([`Sandbox::explain`]).
+fn spawn_error(spec: &Spec, sandbox: Option<&Sandbox>, e: &std::io::Error) -> RpcError {
+    if let Some(what) = sandbox.and_then(|sandbox| sandbox.explain(e)) {
+        return RpcError::internal(format!(
+            "failed to spawn {:?}: cannot set up its sandbox: cannot {what}",
+            spec.argv[0]
+        ));
+    }
     if e.kind() != std::io::ErrorKind::NotFound {
         return RpcError::internal(format!("failed to spawn {:?}: {e}", spec.argv[0]));
     }

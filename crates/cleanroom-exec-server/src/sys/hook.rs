@@ -13,23 +13,40 @@ use std::io;
 use cleanroom::protect::Sandbox;
 use rustix::thread::CapabilitySet;
 
-/// An async-signal-safe function a child runs last before exec (see the module docs).
-pub struct ChildHook(Box<dyn Fn() -> io::Result<()> + Send + Sync + 'static>);
+/// An async-signal-safe function a child runs last before exec (see the module docs), with the
+/// sandbox it applies.
+pub struct ChildHook {
+    run: Box<dyn Fn() -> io::Result<()> + Send + Sync + 'static>,
+    /// What it applies (none for the tests' own hooks).
+    sandbox: Option<Sandbox>,
+}
 
 impl ChildHook {
     /// Applies `sandbox` alone (a child of an `fs/*` call, which never executes anything).
     pub fn applying(sandbox: &Sandbox) -> Option<ChildHook> {
         let hook = sandbox.child_hook()?;
-        Some(ChildHook(Box::new(hook)))
+        Some(ChildHook {
+            run: Box::new(hook),
+            sandbox: Some(sandbox.clone()),
+        })
     }
 
     /// Applies `sandbox`, then [`keep_out_of_the_server`] (a command the server starts).
     pub fn confining(sandbox: &Sandbox) -> Option<ChildHook> {
         let hook = sandbox.child_hook()?;
-        Some(ChildHook(Box::new(move || {
-            hook()?;
-            keep_out_of_the_server()
-        })))
+        Some(ChildHook {
+            run: Box::new(move || {
+                hook()?;
+                keep_out_of_the_server()
+            }),
+            sandbox: Some(sandbox.clone()),
+        })
+    }
+
+    /// The sandbox the hook applies, whose [`Sandbox::explain`] names the step a spawn's error
+    /// stands for when the hook failed.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
     }
 
     /// A hook of the tests' own.
@@ -39,12 +56,15 @@ impl ChildHook {
     /// panic (it may run in a vfork child that shares the server's memory).
     #[cfg(test)]
     pub unsafe fn from_fn(hook: impl Fn() -> io::Result<()> + Send + Sync + 'static) -> ChildHook {
-        ChildHook(Box::new(hook))
+        ChildHook {
+            run: Box::new(hook),
+            sandbox: None,
+        }
     }
 
     /// Runs the hook (in the child).
     pub(super) fn run(&self) -> io::Result<()> {
-        (self.0)()
+        (self.run)()
     }
 }
 

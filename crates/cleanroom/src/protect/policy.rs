@@ -71,7 +71,9 @@ use serde::Serialize;
 use super::aliases::{self, MountTable};
 use super::binds::HostPaths;
 use super::compile::{self, CanonicalRule, MountKind};
-use super::linux::child::{ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps};
+use super::linux::child::{
+    Alone, ChildPlan, EarlyRule, FreshLayers, Identity, LandlockPlan, MountStep, Steps,
+};
 use super::linux::report::{self, Outcome};
 use super::linux::Rights;
 pub use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
@@ -233,6 +235,14 @@ pub struct Sandbox {
     /// [`Sandbox::restrict_thread_to_established`] to it; while there is one, every sandbox
     /// [`Sandbox::within`] this one has its plan's rules as a layer too.
     start_layer: Option<Arc<OwnedFd>>,
+    /// The user namespace made at the start of a sandbox that could not be established, for an
+    /// ordinary user ([`Sandbox::layered`]): its children, and those of every sandbox
+    /// [`Sandbox::within`] it that set up namespaces of their own, make them inside it.
+    user_ns: Option<Arc<OwnedFd>>,
+    /// Whether its children are those of a spawner whose sandbox could not be established
+    /// ([`Sandbox::layered`], and every sandbox [`Sandbox::within`] such a one): each mounts its
+    /// private directories' overlays on upper and work directories of its own.
+    fresh_layers: bool,
 }
 
 impl Sandbox {
@@ -415,12 +425,14 @@ impl Sandbox {
     /// the command and everything it starts. Register it after every other `pre_exec` hook.
     pub fn configure(&self, command: &mut Command) {
         if !self.plan.is_empty() {
-            let plan = self.plan.clone();
+            let (plan, user, fresh) = (self.plan.clone(), self.user_ns.clone(), self.fresh_layers);
             // SAFETY: the steps make only raw, async-signal-safe system calls on data prepared
             // before the fork (see `linux::child`): a child program.
             #[allow(unsafe_code)]
             unsafe {
-                crate::sys::linux::exec::run_on_exec(command, move |child| plan.apply(child))
+                crate::sys::linux::exec::run_on_exec(command, move |child| {
+                    plan.apply(child, alone(user.as_deref(), fresh))
+                })
             };
         }
     }
@@ -434,10 +446,14 @@ impl Sandbox {
         if self.plan.is_empty() {
             return None;
         }
-        let plan = self.plan.clone();
+        let (plan, user, fresh) = (self.plan.clone(), self.user_ns.clone(), self.fresh_layers);
         // SAFETY: as in `configure`: the steps are async-signal-safe (a child program).
         #[allow(unsafe_code)]
-        let hook = unsafe { crate::sys::linux::exec::hook(move |child| plan.apply(child)) };
+        let hook = unsafe {
+            crate::sys::linux::exec::hook(move |child| {
+                plan.apply(child, alone(user.as_deref(), fresh))
+            })
+        };
         Some(hook)
     }
 
@@ -514,18 +530,35 @@ impl Sandbox {
     /// granted, never widen it. The threads' ruleset is built now (the private directories'
     /// rules on the directories of this mount namespace, which the threads see); a child within
     /// builds the same after its mounts, its private directories' rules on its own fresh
-    /// mounts, and applies it before its own ruleset. Unchanged for a sandbox that is
-    /// established or has no ruleset.
+    /// mounts, and applies it before its own ruleset. For an ordinary user, a user namespace is
+    /// made now, in which these commands and those of every sandbox within this one that set up
+    /// namespaces of their own make them (see `linux::shared::user_namespace`: a spawner that
+    /// is not dumpable, as the exec-server makes itself after this, has children that cannot
+    /// map a user namespace of their own); call it while this process is still dumpable, before
+    /// anything in it reaps children with `waitpid(-1)`. Unchanged for a sandbox that is
+    /// established; without a ruleset, it gets no layer.
     ///
-    /// Errors: [`Error::Sys`] when the ruleset cannot be built (never a sandbox without it).
+    /// Errors: [`Error::Sys`] when the ruleset cannot be built (never a sandbox without it), or
+    /// the user namespace cannot be made.
     pub fn layered(&self) -> Result<Sandbox> {
         let Steps::Own(plan) = &self.plan else {
             return Ok(self.clone());
         };
         let layer = linux::shared::ruleset_here(plan)
             .map_err(|e| Error::sys("build the sandbox's start-time Landlock layer", e))?;
+        let user_ns = match plan.mount_ns || plan.net_ns || plan.ipc_ns {
+            true => linux::shared::user_namespace().map_err(|e| {
+                Error::sys(
+                    "make the user namespace the sandbox's processes make their namespaces in",
+                    e,
+                )
+            })?,
+            false => None,
+        };
         Ok(Sandbox {
             start_layer: layer.map(Arc::new),
+            user_ns: user_ns.map(Arc::new),
+            fresh_layers: true,
             ..self.clone()
         })
     }
@@ -571,10 +604,20 @@ impl Sandbox {
     /// and restricts itself with this sandbox's rules alone (intersect the policies first when
     /// `outer`'s must hold too). The process belongs to `outer`'s cleanroom: it sees its
     /// private `/dev/shm`, not the host's. For `outer` a sandbox that could not be established
-    /// but is layered ([`Sandbox::layered`]), this sandbox with its namespaces of its own and
-    /// `outer`'s start-time layer beneath its rules. Anything else for `outer` returns this
-    /// sandbox unchanged.
+    /// but is layered ([`Sandbox::layered`]), this sandbox with its namespaces of its own (made
+    /// inside `outer`'s user namespace, when it has one) and `outer`'s start-time layer beneath
+    /// its rules. Anything else for `outer` returns this sandbox unchanged.
     pub fn within(&self, outer: &Sandbox) -> Sandbox {
+        let mut inside = self.within_plan(outer);
+        if let Steps::Own(_) | Steps::Layered { .. } = &inside.plan {
+            inside.user_ns = outer.user_ns.clone().or(inside.user_ns);
+            inside.fresh_layers |= outer.fresh_layers;
+        }
+        inside
+    }
+
+    /// [`Sandbox::within`] but for how its children set up namespaces of their own.
+    fn within_plan(&self, outer: &Sandbox) -> Sandbox {
         if let (Steps::Own(own), Steps::Own(start), Some(_)) =
             (&self.plan, &outer.plan, &outer.start_layer)
         {
@@ -725,6 +768,8 @@ impl Sandbox {
             plan,
             host_paths,
             start_layer: None,
+            user_ns: None,
+            fresh_layers: false,
         }
     }
 }
@@ -1048,12 +1093,23 @@ impl Builder {
     /// directory of the root.
     fn private_dir_mount(&self, plan: &DirPlan) -> Result<MountStep> {
         let target = c_path(&plan.path)?;
+        let nul = |_| Error::Invalid(format!("{} contains a NUL byte", plan.backing.display()));
         Ok(match &plan.work {
             Some(work) => MountStep::Overlay {
                 target,
-                data: CString::new(scratch::overlay_options(plan, work)).map_err(|_| {
-                    Error::Invalid(format!("{} contains a NUL byte", plan.backing.display()))
-                })?,
+                data: CString::new(scratch::overlay_options(plan, work)).map_err(nul)?,
+                fresh: FreshLayers {
+                    upper: c_path(&plan.backing)?,
+                    work: c_path(work)?,
+                    foreign: plan
+                        .writable_foreign
+                        .iter()
+                        .map(|(name, mode)| {
+                            Ok((CString::new(name.as_bytes()).map_err(nul)?, *mode))
+                        })
+                        .collect::<Result<_>>()?,
+                    options: scratch::overlay_option_parts(plan, work),
+                },
             },
             None => MountStep::Bind {
                 source: c_path(&plan.backing)?,
@@ -1395,6 +1451,11 @@ impl TmpDecision {
             .flatten()
             .map(|(plan, _)| plan.path.as_path())
     }
+}
+
+/// How the children of a sandbox with `user` and `fresh_layers` set up namespaces of their own.
+fn alone(user: Option<&OwnedFd>, fresh_layers: bool) -> Alone<'_> {
+    Alone { user, fresh_layers }
 }
 
 fn c_path(path: &Path) -> Result<CString> {

@@ -159,15 +159,74 @@ fn hold(child: &InChild, plan: &ChildPlan, ends: &HolderEnds<'_>) {
         .err()
         .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO));
     report::end(ends.ready, errno);
+    wait_for_release(ends.release);
+}
+
+/// Returns at EOF on `release`, which comes when the parent lets go (or dies). Raw system calls
+/// only.
+fn wait_for_release(release: BorrowedFd<'_>) {
     let mut byte = [0u8; 1];
     loop {
-        // EOF comes when the parent lets go (or dies).
-        match rustix::io::read(ends.release, &mut byte) {
+        match rustix::io::read(release, &mut byte) {
             Ok(0) => break,
             Ok(_) | Err(Errno::INTR) => {}
             Err(_) => break,
         }
     }
+}
+
+/// A user namespace made now, for the children of a long-lived spawner that set up namespaces
+/// of their own (its sandbox could not be established: [`crate::protect::Sandbox::layered`]),
+/// to make them inside instead of each making a user namespace of its own; `None` for root,
+/// whose children need none. A forked holder makes it, with its uid and gid mapped to
+/// themselves as such a child would (then exits once the parent opened it through
+/// `/proc/<holder>/ns/user`; the descriptor keeps it alive).
+///
+/// Why: a spawner that makes itself non-dumpable afterwards (the exec-server) has non-dumpable
+/// children, and the kernel gives the `/proc/<pid>` files of a non-dumpable process to root
+/// (`task_dump_owner`), so such a child cannot write its own new user namespace's `uid_map`
+/// (EACCES); nor may it make itself dumpable for the write, which would let a process of the
+/// same user read or trace the copy of the spawner's memory it holds (or, for a child sharing
+/// that memory, `CLONE_VM`, the spawner itself). Call it while this process is still dumpable
+/// (the holder writes its own maps), before anything in the process reaps children with
+/// `waitpid(-1)`: the holder is forked and reaped here.
+pub(crate) fn user_namespace() -> io::Result<Option<OwnedFd>> {
+    if rustix::process::geteuid().is_root() {
+        return Ok(None);
+    }
+    let (ready_read, ready_write) = pipe()?;
+    let (release_read, release_write) = pipe()?;
+    let (ready, release, release_theirs) = (
+        ready_write.as_fd(),
+        release_read.as_fd(),
+        release_write.as_fd(),
+    );
+    // SAFETY: the child makes raw system calls only, on the pipes opened before the fork (the
+    // contract of `fork`).
+    #[allow(unsafe_code)]
+    let pid = unsafe {
+        fork::fork(|child| {
+            // The parent's write end: ours must close or the wait below never sees EOF.
+            child.close_inherited(release_theirs);
+            let errno = child::enter_user_namespace()
+                .err()
+                .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO));
+            report::end(ready, errno);
+            wait_for_release(release);
+            Ok(())
+        })
+    }?;
+    drop((ready_write, release_read));
+    let opened = report::read(&ready_read).and_then(|report| match report.end {
+        Some(0) => open_proc(&format!("/proc/{}/ns/user", pid.as_raw_nonzero())),
+        Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+        None => Err(io::Error::other(
+            "the user namespace's holder died before it was ready",
+        )),
+    });
+    drop(release_write);
+    fork::wait_for(pid)?;
+    opened.map(Some)
 }
 
 /// At most this many host directories are copied by a holder (`/tmp` and `/var/tmp`).
