@@ -593,15 +593,13 @@ async fn start_allowed_writes(ordinary: bool) {
 }
 
 /// Where the host's `/tmp` and `/var/tmp` have entries (their private directories are overlays
-/// over them) and each process sets up namespaces of its own (a kernel before 6.15), processes
-/// still start, one after the other, with and without a managed sandbox, as root and as an
-/// ordinary user: each sees the host's entries, and each without a sandbox writes its private
-/// `/tmp` and `/var/tmp`, not the host's (one of its own: the one before wrote there too; a
-/// managed one sees the server's, as the host's). Fails where each process mounts the overlay anew over the same upper and work
-/// directories: `volatile` leaves the work directory unusable to the next mount (EINVAL, so no
-/// process started at all).
+/// over them, whose `volatile` work directory serves one mount only) and each process sets up
+/// namespaces of its own (a kernel before 6.15), a process without a managed sandbox cannot
+/// mount them again: its start fails, and the error names the step (not a raw stage code), as
+/// root and as an ordinary user. Nothing is written to the host's `/tmp`. A limit documented in
+/// docs/exec-server.md; this test fails when it changes, so the docs are changed with it.
 #[tokio::test]
-async fn without_shared_namespaces_processes_start_over_a_host_tmp_with_entries() {
+async fn without_shared_namespaces_over_a_host_tmp_with_entries_a_start_names_the_overlay() {
     for ordinary in [false, true] {
         host_tmp_with_entries(ordinary).await;
     }
@@ -616,38 +614,25 @@ async fn host_tmp_with_entries(ordinary: bool) {
     let Some(server) = server else {
         return;
     };
-    let work = server.work();
-    let proj = work.join("proj");
+    let proj = server.work().join("proj");
     let mut c = server.client().await;
-    assert!(!shares_dev_shm(&mut c, &proj).await, "not the fallback");
-    let tag = format!("cleanroom-mine-{}", std::process::id());
-    let mut failures = Vec::new();
-    let starts = [
-        ("first", Value::Null),
-        ("second", Value::Null),
-        ("managed", workspace_write(&proj)),
-    ];
-    for (id, sandbox) in starts {
-        let write = match sandbox.is_null() {
-            true => format!("set -o noclobber && echo x > /tmp/{tag} && echo x > /var/tmp/{tag}"),
-            false => "true".to_string(),
-        };
-        let script = format!("cat /tmp/{entry} /var/tmp/{entry} && {write} && echo {id}:ok\n");
-        let (_, out, code) = c.run(id, &proj, sandbox, &script).await;
-        if code != 0 || out != format!("host\nhost\n{id}:ok\n") {
-            failures.push(format!("{id} (as nobody: {ordinary}): {out:?} ({code})"));
-        }
-    }
-    assert!(failures.is_empty(), "{failures:#?}");
-    let host = format!("/proc/{}/root", server.pid());
-    for dir in ["tmp", "var/tmp"] {
-        let dir = Path::new(&host).join(dir);
-        assert!(dir.join(entry).exists(), "{}", dir.display());
-        assert!(
-            !dir.join(&tag).exists(),
-            "written into the host's {}",
-            dir.display()
-        );
-    }
+    let (code, message) = c
+        .error(
+            "process/start",
+            json!({"processId": "p", "argv": ["/bin/sh", "-c", "echo x > /tmp/mine"],
+                   "cwd": uri(&proj), "env": {}, "tty": false, "arg0": null}),
+        )
+        .await;
+    assert!(
+        message.contains("cannot mount the private overlay on /tmp")
+            && !message.contains("Unknown error"),
+        "as nobody: {ordinary}: {code} {message}"
+    );
+    let host = format!("/proc/{}/root/tmp", server.pid());
+    assert!(Path::new(&host).join(entry).exists(), "{host}");
+    assert!(
+        !Path::new(&host).join("mine").exists(),
+        "written into the host's /tmp"
+    );
     server.stop();
 }

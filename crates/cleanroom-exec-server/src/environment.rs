@@ -312,12 +312,15 @@ fn established(protection: Protection) -> cleanroom::Result<Protection> {
         Err(cleanroom::Error::Unsupported { what, reason }) => {
             let layered = protection.layered()?;
             tracing::warn!(
-                "each process gets namespaces, and a /dev/shm and /tmp, of its own: {what}: \
-                 {reason}; the --protect rules stay as they were resolved at the start: a \
-                 protected path made, repointed or bound later is not ruled; a writable name \
-                 repointed later grants fs/* calls and managed sandboxes nothing the start's \
-                 rules refused (they are a layer beneath them), but beneath the host's /tmp, \
-                 /var/tmp and /dev/shm, which that layer grants whole"
+                "each process gets namespaces, and a /dev/shm, of its own: {what}: {reason}; \
+                 where the host's /tmp or /var/tmp has entries, a process without a managed \
+                 sandbox cannot mount the private /tmp again and is refused (start with \
+                 --host-tmp, or from a working directory outside /tmp); the --protect rules \
+                 stay as they were resolved at the start: a protected path made, repointed or \
+                 bound later is not ruled; a writable name repointed later grants fs/* calls \
+                 and managed sandboxes nothing the start's rules refused (they are a layer \
+                 beneath them), but beneath the host's /tmp, /var/tmp and /dev/shm, which that \
+                 layer grants whole"
             );
             Ok(layered)
         }

@@ -71,9 +71,7 @@ use serde::Serialize;
 use super::aliases::{self, MountTable};
 use super::binds::HostPaths;
 use super::compile::{self, CanonicalRule, MountKind};
-use super::linux::child::{
-    Alone, ChildPlan, EarlyRule, FreshLayers, Identity, LandlockPlan, MountStep, Steps,
-};
+use super::linux::child::{ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps};
 use super::linux::report::{self, Outcome};
 use super::linux::Rights;
 pub use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
@@ -239,10 +237,6 @@ pub struct Sandbox {
     /// ordinary user ([`Sandbox::layered`]): its children, and those of every sandbox
     /// [`Sandbox::within`] it that set up namespaces of their own, make them inside it.
     user_ns: Option<Arc<OwnedFd>>,
-    /// Whether its children are those of a spawner whose sandbox could not be established
-    /// ([`Sandbox::layered`], and every sandbox [`Sandbox::within`] such a one): each mounts its
-    /// private directories' overlays on upper and work directories of its own.
-    fresh_layers: bool,
 }
 
 impl Sandbox {
@@ -425,13 +419,13 @@ impl Sandbox {
     /// the command and everything it starts. Register it after every other `pre_exec` hook.
     pub fn configure(&self, command: &mut Command) {
         if !self.plan.is_empty() {
-            let (plan, user, fresh) = (self.plan.clone(), self.user_ns.clone(), self.fresh_layers);
+            let (plan, user) = (self.plan.clone(), self.user_ns.clone());
             // SAFETY: the steps make only raw, async-signal-safe system calls on data prepared
             // before the fork (see `linux::child`): a child program.
             #[allow(unsafe_code)]
             unsafe {
                 crate::sys::linux::exec::run_on_exec(command, move |child| {
-                    plan.apply(child, alone(user.as_deref(), fresh))
+                    plan.apply(child, user.as_deref())
                 })
             };
         }
@@ -446,13 +440,11 @@ impl Sandbox {
         if self.plan.is_empty() {
             return None;
         }
-        let (plan, user, fresh) = (self.plan.clone(), self.user_ns.clone(), self.fresh_layers);
+        let (plan, user) = (self.plan.clone(), self.user_ns.clone());
         // SAFETY: as in `configure`: the steps are async-signal-safe (a child program).
         #[allow(unsafe_code)]
         let hook = unsafe {
-            crate::sys::linux::exec::hook(move |child| {
-                plan.apply(child, alone(user.as_deref(), fresh))
-            })
+            crate::sys::linux::exec::hook(move |child| plan.apply(child, user.as_deref()))
         };
         Some(hook)
     }
@@ -558,7 +550,6 @@ impl Sandbox {
         Ok(Sandbox {
             start_layer: layer.map(Arc::new),
             user_ns: user_ns.map(Arc::new),
-            fresh_layers: true,
             ..self.clone()
         })
     }
@@ -609,14 +600,14 @@ impl Sandbox {
     /// its rules. Anything else for `outer` returns this sandbox unchanged.
     pub fn within(&self, outer: &Sandbox) -> Sandbox {
         let mut inside = self.within_plan(outer);
-        if let Steps::Own(_) | Steps::Layered { .. } = &inside.plan {
-            inside.user_ns = outer.user_ns.clone().or(inside.user_ns);
-            inside.fresh_layers |= outer.fresh_layers;
+        if let (Steps::Own(_) | Steps::Layered { .. }, Some(user)) = (&inside.plan, &outer.user_ns)
+        {
+            inside.user_ns = Some(Arc::clone(user));
         }
         inside
     }
 
-    /// [`Sandbox::within`] but for how its children set up namespaces of their own.
+    /// [`Sandbox::within`] but for the user namespace.
     fn within_plan(&self, outer: &Sandbox) -> Sandbox {
         if let (Steps::Own(own), Steps::Own(start), Some(_)) =
             (&self.plan, &outer.plan, &outer.start_layer)
@@ -769,7 +760,6 @@ impl Sandbox {
             host_paths,
             start_layer: None,
             user_ns: None,
-            fresh_layers: false,
         }
     }
 }
@@ -1093,23 +1083,12 @@ impl Builder {
     /// directory of the root.
     fn private_dir_mount(&self, plan: &DirPlan) -> Result<MountStep> {
         let target = c_path(&plan.path)?;
-        let nul = |_| Error::Invalid(format!("{} contains a NUL byte", plan.backing.display()));
         Ok(match &plan.work {
             Some(work) => MountStep::Overlay {
                 target,
-                data: CString::new(scratch::overlay_options(plan, work)).map_err(nul)?,
-                fresh: FreshLayers {
-                    upper: c_path(&plan.backing)?,
-                    work: c_path(work)?,
-                    foreign: plan
-                        .writable_foreign
-                        .iter()
-                        .map(|(name, mode)| {
-                            Ok((CString::new(name.as_bytes()).map_err(nul)?, *mode))
-                        })
-                        .collect::<Result<_>>()?,
-                    options: scratch::overlay_option_parts(plan, work),
-                },
+                data: CString::new(scratch::overlay_options(plan, work)).map_err(|_| {
+                    Error::Invalid(format!("{} contains a NUL byte", plan.backing.display()))
+                })?,
             },
             None => MountStep::Bind {
                 source: c_path(&plan.backing)?,
@@ -1451,11 +1430,6 @@ impl TmpDecision {
             .flatten()
             .map(|(plan, _)| plan.path.as_path())
     }
-}
-
-/// How the children of a sandbox with `user` and `fresh_layers` set up namespaces of their own.
-fn alone(user: Option<&OwnedFd>, fresh_layers: bool) -> Alone<'_> {
-    Alone { user, fresh_layers }
 }
 
 fn c_path(path: &Path) -> Result<CString> {

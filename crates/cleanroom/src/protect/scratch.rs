@@ -469,24 +469,13 @@ fn writable_foreign_dirs(dir: &Path) -> Vec<(std::ffi::OsString, u32)> {
 /// `volatile` (no sync of the whole upper filesystem when the run's namespace goes), and
 /// `userxattr` for an ordinary user (whose overlay lives in a user namespace).
 pub(super) fn overlay_options(plan: &DirPlan, work: &Path) -> Vec<u8> {
-    overlay_option_parts(plan, work).concat()
-}
-
-/// [`overlay_options`] in three parts, the first ending with the upper directory's path, the
-/// second with the work directory's: a child that gives the overlay upper and work directories
-/// of its own puts the same suffix after each (see `MountStep::Overlay`).
-pub(super) fn overlay_option_parts(plan: &DirPlan, work: &Path) -> [Vec<u8>; 3] {
-    let mut parts: [Vec<u8>; 3] = Default::default();
-    for (i, (key, path)) in [
+    let mut data = Vec::new();
+    for (key, path) in [
         ("lowerdir", &plan.path),
         ("upperdir", &plan.backing),
         ("workdir", &work.to_path_buf()),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let data = &mut parts[i.saturating_sub(1)];
-        if i > 0 {
+    ] {
+        if !data.is_empty() {
             data.push(b',');
         }
         data.extend_from_slice(key.as_bytes());
@@ -498,11 +487,11 @@ pub(super) fn overlay_option_parts(plan: &DirPlan, work: &Path) -> [Vec<u8>; 3] 
             data.push(byte);
         }
     }
-    parts[2].extend_from_slice(b",volatile");
+    data.extend_from_slice(b",volatile");
     if !rustix::process::geteuid().is_root() {
-        parts[2].extend_from_slice(b",userxattr");
+        data.extend_from_slice(b",userxattr");
     }
-    parts
+    data
 }
 
 /// The sockets planned for the private directories.
@@ -730,16 +719,6 @@ mod tests {
                 "lowerdir=/tmp,upperdir=/s\\,t\\:a\\\\te/private-tmp,workdir=/w,volatile"
             ),
             "{text}"
-        );
-        // A child's own layers: the same suffix after each layer's path.
-        let [head, middle, tail] = overlay_option_parts(&plan, Path::new("/w"));
-        let own = [head, b".p7.0".to_vec(), middle, b".p7.0".to_vec(), tail].concat();
-        let own = String::from_utf8(own).unwrap();
-        assert!(
-            own.starts_with(
-                "lowerdir=/tmp,upperdir=/s\\,t\\:a\\\\te/private-tmp.p7.0,workdir=/w.p7.0,volatile"
-            ),
-            "{own}"
         );
     }
 

@@ -93,16 +93,8 @@ pub(crate) enum MountStep {
     /// Mounts a fresh, private tmpfs (mode 1777) at `path` (`/dev/shm`).
     Tmpfs { path: CString },
     /// Mounts an overlay at `target` with the options `data` (the host's directory at `target`
-    /// as its lower layer, upper and work directories in the run's root): a private `/tmp`. A
-    /// child of a spawner whose sandbox could not be established ([`Alone::fresh_layers`])
-    /// mounts it on upper and work directories of its own instead (`fresh`): a `volatile`
-    /// overlay's work directory is refused to every later mount (EINVAL), and two overlays on
-    /// one upper directory at once are undefined.
-    Overlay {
-        target: CString,
-        data: CString,
-        fresh: FreshLayers,
-    },
+    /// as its lower layer, upper and work directories in the run's root): a private `/tmp`.
+    Overlay { target: CString, data: CString },
     /// Binds the directory `source` (in the run's root) onto `target`, `nosuid` and `nodev`: a
     /// private `/tmp` that was empty on the host.
     Bind { source: CString, target: CString },
@@ -188,21 +180,6 @@ impl MountStep {
             _ => None,
         }
     }
-}
-
-/// What a child needs to mount an overlay of [`MountStep::Overlay`] on upper and work
-/// directories of its own: the shared ones' paths, to which it appends a suffix of its own
-/// (`.p<pid>.<n>`, the first `n` free), and the options in three parts, the first ending with the
-/// upper directory's path, the second with the work directory's (escaped as mount options are;
-/// the suffix needs no escape).
-#[derive(Debug)]
-pub(crate) struct FreshLayers {
-    pub upper: CString,
-    pub work: CString,
-    /// Directories made in the upper directory first, with their modes (the host's directories
-    /// the user may write but does not own, which an ordinary user's overlay cannot copy up).
-    pub foreign: Vec<(CString, u32)>,
-    pub options: [Vec<u8>; 3],
 }
 
 /// Everything the child applies, prepared in the parent.
@@ -327,24 +304,13 @@ impl Drops {
     }
 }
 
-/// How a child that sets up namespaces of its own does it, when it is a child of a long-lived
-/// spawner whose sandbox could not be established (`Sandbox::layered`); the default for any
-/// other.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Alone<'a> {
-    /// A user namespace made for it before ([`enter_user_namespace`], in a holder), which it
-    /// joins first instead of making one of its own.
-    pub user: Option<&'a OwnedFd>,
-    /// It mounts its overlays on upper and work directories of its own (see
-    /// [`MountStep::Overlay`]).
-    pub fresh_layers: bool,
-}
-
 /// What the calling process is when it sets up namespaces.
 #[derive(Clone, Copy, Debug)]
 enum Role<'a> {
-    /// A child making its own namespaces, as `Alone` says.
-    Own(Alone<'a>),
+    /// A child making its own namespaces, inside `user` when given: a user namespace made for
+    /// it before ([`enter_user_namespace`], in a holder), which it joins first instead of making
+    /// one of its own.
+    Own { user: Option<&'a OwnedFd> },
     /// A holder of namespaces many children join: it skips [`MountStep::UserPath`] steps.
     Holder,
     /// A child inside joined namespaces.
@@ -387,13 +353,13 @@ impl Steps {
 
     /// Applies the steps to the calling process, a child (`child`): namespaces, then mounts,
     /// then capabilities, then Landlock. A child that sets up namespaces of its own (`Own`,
-    /// `Layered`) does it as `alone` says. Runs after fork: raw system calls only; an error
-    /// carries its stage.
-    pub fn apply(&self, child: &InChild, alone: Alone<'_>) -> io::Result<()> {
+    /// `Layered`) makes them inside `user` when given (see [`enter`]). Runs after fork: raw
+    /// system calls only; an error carries its stage.
+    pub fn apply(&self, child: &InChild, user: Option<&OwnedFd>) -> io::Result<()> {
         match self {
             Steps::Own(plan) | Steps::Layered { own: plan, .. } => {
                 let report = plan.report.get(child);
-                enter(&[Some(plan.as_ref())], Role::Own(alone), &mut [], report)?;
+                enter(&[Some(plan.as_ref())], Role::Own { user }, &mut [], report)?;
             }
             Steps::Join(plan) => join(plan).map_err(|e| failed(Stage::Join, e))?,
             Steps::Within {
@@ -526,9 +492,7 @@ fn enter(
     }
     if flags != 0 {
         let privilege = match role {
-            Role::Own(Alone {
-                user: Some(user), ..
-            }) => {
+            Role::Own { user: Some(user) } => {
                 rustix::thread::move_into_link_name_space(
                     user.as_fd(),
                     Some(LinkNameSpaceType::User),
@@ -537,7 +501,7 @@ fn enter(
                 Privilege::InJoinedNamespace
             }
             Role::Joined => Privilege::InJoinedNamespace,
-            Role::Own(Alone { user: None, .. }) | Role::Holder => Privilege::AsRootOnly,
+            Role::Own { user: None } | Role::Holder => Privilege::AsRootOnly,
         };
         enter_namespaces(flags, privilege).map_err(|e| failed(Stage::Namespaces, e))?;
     }
@@ -855,18 +819,7 @@ fn apply_step(
             None => cover_host_mount(path, report, index),
         },
         MountStep::Tmpfs { path } => mounts::private_tmpfs(path),
-        MountStep::Overlay { target, fresh, .. }
-            if matches!(
-                role,
-                Role::Own(Alone {
-                    fresh_layers: true,
-                    ..
-                })
-            ) =>
-        {
-            overlay_on_fresh_layers(target, fresh)
-        }
-        MountStep::Overlay { target, data, .. } => mounts::mount(
+        MountStep::Overlay { target, data } => mounts::mount(
             c"overlay",
             target,
             c"overlay",
@@ -945,98 +898,6 @@ fn apply_step(
             mounts::attach(copy.as_fd(), point.as_fd())
         }
     }
-}
-
-/// The longest path of an upper or work directory of its own (PATH_MAX).
-const LAYER_PATH_MAX: usize = 4096;
-/// The longest options of an overlay on such directories (one page: what `mount` copies).
-const OVERLAY_OPTIONS_MAX: usize = 4096;
-/// How many suffixes `.p<pid>.<n>` are tried (a directory of an earlier process with this pid
-/// takes one).
-const LAYER_SUFFIXES: u32 = 64;
-
-/// Mounts the overlay of `fresh` at `target` on upper and work directories of its own, made
-/// now beside the shared ones (mode 1777, as those; with `fresh.foreign` made first in the
-/// upper one). They stay until the run's root is removed. Raw system calls on the stack only.
-fn overlay_on_fresh_layers(target: &CStr, fresh: &FreshLayers) -> io::Result<()> {
-    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
-    let mut suffix_buf = [0u8; 32];
-    let mut upper_buf = [0u8; LAYER_PATH_MAX];
-    let mut n = 0;
-    let (suffix, upper) = loop {
-        let suffix = layer_suffix(&mut suffix_buf, pid, n);
-        let upper = joined(&mut upper_buf, &[fresh.upper.to_bytes(), suffix])?;
-        match rustix::fs::mkdir(upper, Mode::from_raw_mode(0o700)) {
-            Ok(()) => break (suffix, upper),
-            Err(rustix::io::Errno::EXIST) if n + 1 < LAYER_SUFFIXES => n += 1,
-            Err(e) => return Err(e.into()),
-        }
-    };
-    rustix::fs::chmod(upper, Mode::from_raw_mode(0o1777))?;
-    for (name, mode) in &fresh.foreign {
-        let mut buf = [0u8; LAYER_PATH_MAX];
-        let dir = joined(&mut buf, &[upper.to_bytes(), b"/", name.to_bytes()])?;
-        rustix::fs::mkdir(dir, Mode::from_raw_mode(0o700))?;
-        rustix::fs::chmod(dir, Mode::from_raw_mode(*mode))?;
-    }
-    let mut work_buf = [0u8; LAYER_PATH_MAX];
-    let work = joined(&mut work_buf, &[fresh.work.to_bytes(), suffix])?;
-    rustix::fs::mkdir(work, Mode::from_raw_mode(0o700))?;
-    let mut options_buf = [0u8; OVERLAY_OPTIONS_MAX];
-    let [head, middle, tail] = &fresh.options;
-    let options = joined(&mut options_buf, &[head, suffix, middle, suffix, tail])?;
-    mounts::mount(
-        c"overlay",
-        target,
-        c"overlay",
-        MountFlags::NOSUID | MountFlags::NODEV,
-        Some(options),
-    )
-}
-
-/// `.p<pid>.<n>` in `buf`. No allocation.
-fn layer_suffix(buf: &mut [u8; 32], pid: u32, n: u32) -> &[u8] {
-    buf[..2].copy_from_slice(b".p");
-    let mut at = 2;
-    at += write_decimal(&mut buf[at..], pid);
-    buf[at] = b'.';
-    at += 1;
-    at += write_decimal(&mut buf[at..], n);
-    &buf[..at]
-}
-
-/// Writes `n` in decimal at the start of `out` (at least 10 bytes); returns how many bytes.
-fn write_decimal(out: &mut [u8], n: u32) -> usize {
-    let mut digits = [0u8; 10];
-    let (mut n, mut len) = (n, 0);
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        out[i] = digits[len - 1 - i];
-    }
-    len
-}
-
-/// `parts` one after the other in `buf`, NUL-terminated; ENAMETOOLONG when they do not fit (or
-/// EINVAL if one holds a NUL). No allocation.
-fn joined<'a>(buf: &'a mut [u8], parts: &[&[u8]]) -> io::Result<&'a CStr> {
-    let mut at = 0;
-    for part in parts {
-        let end = at + part.len();
-        if end >= buf.len() {
-            return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-        }
-        buf[at..end].copy_from_slice(part);
-        at = end;
-    }
-    buf[at] = 0;
-    CStr::from_bytes_with_nul(&buf[..=at]).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// A detached recursive copy of the tree at `path`, which must still be `identity`.
@@ -1134,9 +995,23 @@ fn enter_namespaces(flags: libc::c_int, privilege: Privilege) -> io::Result<()> 
 
 /// Formats "`id` `id` 1\n" into `buf` without allocating; returns the used part.
 fn id_map_line(buf: &mut [u8; 40], id: u32) -> &[u8] {
+    let mut digits = [0u8; 10];
+    let mut n = id;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
     let mut at = 0;
     for _ in 0..2 {
-        at += write_decimal(&mut buf[at..], id);
+        for i in (0..len).rev() {
+            buf[at] = digits[i];
+            at += 1;
+        }
         buf[at] = b' ';
         at += 1;
     }
@@ -1175,7 +1050,7 @@ pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
     let result = (|| {
         enter(
             &[Some(&ChildPlan::namespaces_only(mount_ns, net_ns))],
-            Role::Own(Alone::default()),
+            Role::Own { user: None },
             &mut [],
             None,
         )?;
@@ -1193,7 +1068,7 @@ pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
 pub(crate) fn probe_overlay(target: &CStr, data: &CStr) -> i32 {
     let result = enter(
         &[Some(&ChildPlan::namespaces_only(true, false))],
-        Role::Own(Alone::default()),
+        Role::Own { user: None },
         &mut [],
         None,
     )
@@ -1255,21 +1130,7 @@ impl ChildPlan {
 
 #[cfg(test)]
 mod tests {
-    use super::{id_map_line, joined, layer_suffix};
-
-    #[test]
-    fn fresh_layer_suffixes_and_joined_paths_are_made_without_allocation() {
-        let mut buf = [0u8; 32];
-        assert_eq!(layer_suffix(&mut buf, 4_194_304, 63), b".p4194304.63");
-        let mut buf = [0u8; 32];
-        assert_eq!(layer_suffix(&mut buf, 1, 0), b".p1.0");
-        let mut buf = [0u8; 16];
-        let path = joined(&mut buf, &[b"/r/private-tmp", b".p1.0"]);
-        assert_eq!(path.unwrap_err().raw_os_error(), Some(libc::ENAMETOOLONG));
-        let mut buf = [0u8; 32];
-        let path = joined(&mut buf, &[b"/r/private-tmp", b".p1.0"]).unwrap();
-        assert_eq!(path.to_bytes(), b"/r/private-tmp.p1.0");
-    }
+    use super::id_map_line;
 
     #[test]
     fn id_map_lines_are_formatted_without_allocation() {
