@@ -436,3 +436,80 @@ fn capability_set(status: &str, name: &str) -> u64 {
     let line = status.lines().find(|l| l.starts_with(name)).unwrap();
     u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
 }
+
+/// An ordinary user's server with `--protect off` (no sandbox of its own, so nothing set up at
+/// its start for one) still starts processes under Codex's `workspace-write` and `read-only`
+/// (network restricted), really confined: writes only in the workspace (never `.git`), only
+/// loopback, in a network namespace of its own; and under a sandbox that restricts only the
+/// network, `no_new_privs` is set (it makes its namespaces in the user namespace the server
+/// made for its processes, where a file-capability binary would get its capabilities back).
+/// Fails where each process maps a user namespace of its own: a child of the server, which is
+/// not dumpable, is not either, so its `/proc/self/uid_map` is root's and it cannot write its id
+/// maps ("cannot make the sandbox's namespaces: Permission denied").
+#[tokio::test]
+async fn an_ordinary_users_server_without_protection_starts_confined_managed_processes() {
+    let server = Server::start_prepared(&["--protect", "off"], true, |work, _| {
+        layout(work);
+    });
+    let work = server.work();
+    let (ws, outside) = (work.join("ws"), work.join("outside"));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut c = server.client().await;
+    let probe = |id: &str| {
+        [
+            "echo uid:$(id -u)\n".to_string(),
+            try_write("inside", &ws.join(id)),
+            try_write("outside", &outside.join(id)),
+            try_write("git", &ws.join(".git").join(id)),
+            "echo ifaces:$(ls /sys/class/net | tr '\\n' ' ')\n".to_string(),
+            format!(
+                "if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connect:ok; \
+                 else echo connect:refused; fi\n"
+            ),
+            "grep NoNewPrivs /proc/self/status\n".to_string(),
+        ]
+        .concat()
+    };
+    let network_only = json!({"permissions": {"type": "external", "network": "restricted"}});
+    let uid = match rustix::process::geteuid().is_root() {
+        true => serve_support::NOBODY,
+        false => rustix::process::geteuid().as_raw(),
+    };
+    let mut failures = Vec::new();
+    for (id, sandbox, inside) in [
+        ("ww", workspace_write(&ws), "ok"),
+        ("ro", read_only(&ws), "denied"),
+        ("net", network_only, "ok"),
+    ] {
+        let (started, out, code) = c.run(id, &ws, sandbox, &probe(id)).await;
+        let (outside, git) = match id {
+            "net" => ("ok", "ok"),
+            _ => ("denied", "denied"),
+        };
+        let expected = [
+            format!("uid:{uid}"),
+            format!("inside:{inside}"),
+            format!("outside:{outside}"),
+            format!("git:{git}"),
+            "ifaces:lo\n".to_string(),
+            "connect:refused".to_string(),
+            "NoNewPrivs:\t1".to_string(),
+        ];
+        let missing: Vec<&String> = expected.iter().filter(|e| !out.contains(*e)).collect();
+        if code != 0 || started["sandboxType"] != "linuxSeccomp" || !missing.is_empty() {
+            failures.push(format!(
+                "{id}: {missing:?} not in {out:?} ({code}, {started})"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(
+        listener.accept().is_err(),
+        "a restricted process reached the host's loopback"
+    );
+    assert!(!outside.join("ww").exists() && !ws.join(".git/ww").exists());
+    assert!(ws.join("ww").exists() && !ws.join("ro").exists());
+    server.stop();
+}

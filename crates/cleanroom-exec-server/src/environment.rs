@@ -24,7 +24,7 @@ use cleanroom::contain::{ContainMode, Contained, Container, Mechanism};
 use cleanroom::env::EnvOptions;
 use cleanroom::protect::{
     Access, Enforcement, Narrowing, Network, Policy, ProtectMode, Protection, ProtectionRequest,
-    Sandbox,
+    Sandbox, UserNamespace,
 };
 use cleanroom::root::Layout;
 use cleanroom::{Namespace, Root, RootOptions};
@@ -65,13 +65,20 @@ pub struct Environment {
     mechanism: Mechanism,
     base: BaseEnv,
     protection: Protection,
+    /// The user namespace its processes and `fs/*` children make their namespaces in, for an
+    /// ordinary user ([`UserNamespace`]): made at the start, whatever `--protect` is, while the
+    /// server is still dumpable (a child of the non-dumpable server cannot map one of its own).
+    user_ns: Option<UserNamespace>,
     cwd: PathBuf,
     shell: PathBuf,
 }
 
 impl Environment {
-    /// Creates the root and the containment, and builds the base environment.
+    /// Creates the root and the containment, and builds the base environment. Call it while
+    /// the server is still dumpable and before anything reaps children with `waitpid(-1)`: it
+    /// forks holders and probes and reaps them.
     pub fn create(options: &EnvironmentOptions) -> Result<Environment, Error> {
+        let user_ns = children_user_namespace();
         let namespace = Namespace::open_or_create(&options.namespace)?;
         let run_id = cleanroom::root::new_run_id()?;
         let container = Container::new(&run_id, ContainMode::Auto)?;
@@ -101,7 +108,8 @@ impl Environment {
             ProtectionRequest::new(options.protect, &child, root.path(), &options.cwd);
         request.private_tmp = options.private_tmp;
         request.share_tmp = options.share_tmp.clone();
-        let protection = Protection::prepare(&request).and_then(established);
+        let protection =
+            Protection::prepare(&request).and_then(|p| established(p, user_ns.as_ref()));
         let protection = match protection {
             Ok(protection) => protection,
             Err(e) => {
@@ -140,6 +148,7 @@ impl Environment {
             container: Mutex::new(Some(container)),
             base,
             protection,
+            user_ns,
             cwd: options.cwd.clone(),
             shell,
         })
@@ -153,7 +162,7 @@ impl Environment {
     /// What every per-call policy starts from: the protection's rules, resolved now (see
     /// [`policy_base`]), and the temp dir.
     pub fn policy_base(&self) -> Result<policy::Base, RpcError> {
-        policy_base(&self.protection, &self.layout.tmp, true)
+        policy_base(self, true)
     }
 
     /// [`Environment::policy_base`] for a process started without a sandbox of its own, whose
@@ -161,7 +170,7 @@ impl Environment {
     /// rules, which it would resolve for nothing ([`crate::policy::Confinement::for_process`]
     /// refuses a managed policy on such a base).
     pub fn policy_base_unmanaged(&self) -> Result<policy::Base, RpcError> {
-        policy_base(&self.protection, &self.layout.tmp, false)
+        policy_base(self, false)
     }
 
     /// The run id of the environment's root.
@@ -265,10 +274,21 @@ fn capabilities() -> Value {
     Value::Object(map)
 }
 
+/// The user namespace the server's processes make their namespaces in (see
+/// [`Environment::user_ns`]); `None` for root, and, with a warning, where it cannot be made
+/// (a sandbox that needs namespaces is then refused or fails to start, as the kernel says).
+fn children_user_namespace() -> Option<UserNamespace> {
+    UserNamespace::for_children().unwrap_or_else(|e| {
+        tracing::warn!("sandboxes that need namespaces may fail: {e}");
+        None
+    })
+}
+
 /// Has the engine ask the kernel now which namespaces per-call policies can use. It probes in a
-/// forked child once per process and caches the answer; later, the server's orphan reaper could
-/// take that child's exit status first and the probe would fail for the server's lifetime.
-/// Called before the reaper runs.
+/// forked child once per process (in the user namespace the server's processes make theirs in,
+/// as they will: [`UserNamespace::for_children`]) and caches the answer; later, the server's
+/// orphan reaper could take that child's exit status first and the probe would fail for the
+/// server's lifetime. Called before the reaper runs.
 fn probe_namespaces(root: &std::path::Path) {
     let mut policy = Policy::new();
     policy.rule("/", Access::Write, "namespace probe").rule(
@@ -306,11 +326,14 @@ fn pinned_base(all: BTreeMap<String, String>, layout: &Layout) -> BaseEnv {
 /// ruleset built now from the start's rules is a layer beneath every `fs/*` call and managed
 /// sandbox, so a name repointed later can narrow them, never widen them. A layer that cannot be
 /// built fails the start.
-fn established(protection: Protection) -> cleanroom::Result<Protection> {
+fn established(
+    protection: Protection,
+    user_ns: Option<&UserNamespace>,
+) -> cleanroom::Result<Protection> {
     match protection.established() {
         Ok(shared) => Ok(shared),
         Err(cleanroom::Error::Unsupported { what, reason }) => {
-            let layered = protection.layered()?;
+            let layered = protection.layered(user_ns)?;
             tracing::warn!(
                 "each process gets namespaces, and a /dev/shm, of its own: {what}: {reason}; \
                  where the host's /tmp or /var/tmp has entries, a process without a managed \
@@ -328,17 +351,15 @@ fn established(protection: Protection) -> cleanroom::Result<Protection> {
     }
 }
 
-/// The rules `protection` enforces now (canonical paths; none when it is off or not enforced),
-/// without the places its compiler added where a mount shows a rule's object again: each
-/// per-call policy is intersected with these by path, then compiled, which adds its own. They
+/// The rules `environment`'s protection enforces now (canonical paths; none when it is off or
+/// not enforced), without the places its compiler added where a mount shows a rule's object
+/// again, and the user namespace its processes make their namespaces in: each per-call policy
+/// is intersected with these by path, then compiled, which adds its own. They
 /// are resolved for every call ([`Protection::rules_now`]), never kept from the start: a
 /// protected path the host creates or repoints later is ruled where it is now. Without
 /// `rules`, the base has none (see [`Environment::policy_base_unmanaged`]).
-fn policy_base(
-    protection: &Protection,
-    tmp: &std::path::Path,
-    rules: bool,
-) -> Result<policy::Base, RpcError> {
+fn policy_base(environment: &Environment, rules: bool) -> Result<policy::Base, RpcError> {
+    let protection = &environment.protection;
     let status = protection.status();
     let enforced = status.enforcement != Enforcement::None;
     let rules = match enforced && rules {
@@ -350,9 +371,10 @@ fn policy_base(
     Ok(policy::Base {
         rules,
         enforced,
-        tmpdir: tmp.to_path_buf(),
+        tmpdir: environment.layout.tmp.clone(),
         shared_dev_shm: protection.shares_dev_shm(),
         view: protection.view(),
+        user_ns: environment.user_ns.clone(),
     })
 }
 

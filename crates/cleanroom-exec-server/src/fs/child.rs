@@ -196,6 +196,7 @@ mod tests {
             tmpdir: ws.clone(),
             shared_dev_shm: false,
             view: View::own(),
+            user_ns: None,
         };
         let special = |kind: &str, subpath: Option<&str>, access: &str| {
             json!({"access": access, "path": {"type": "special",

@@ -22,7 +22,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use cleanroom::protect::view::View;
-use cleanroom::protect::{Access, Narrowing, Network, Policy, Protection, Sandbox};
+use cleanroom::protect::{Access, Narrowing, Network, Policy, Protection, Sandbox, UserNamespace};
 use serde_json::Value;
 
 use crate::protocol::{Params, RpcError};
@@ -68,6 +68,10 @@ pub struct Base {
     /// The mount namespace the environment's processes see (its private `/tmp`, `/var/tmp` and
     /// `/dev/shm`): every policy is compiled in it and every `fs/*` path resolved in it.
     pub view: View,
+    /// The user namespace the environment's processes and `fs/*` children make their
+    /// namespaces in (an ordinary user's server: [`UserNamespace`]), attached to every policy
+    /// compiled for a process or a child.
+    pub user_ns: Option<UserNamespace>,
 }
 
 impl Base {
@@ -146,13 +150,7 @@ impl Confinement {
                 let rules = intersect(&managed.rules, &base.rules);
                 let own_dev_shm = !base.shared_dev_shm;
                 let target = Target::Process;
-                Some(compile(
-                    rules,
-                    managed.network,
-                    target,
-                    own_dev_shm,
-                    &base.view,
-                )?)
+                Some(compile(rules, managed.network, target, own_dev_shm, base)?)
             }
             None => match protection {
                 Some(protection) => protection.renewed().map_err(|e| {
@@ -218,7 +216,7 @@ pub fn for_fs_call(
     if reads && reads_everything(&rules) {
         return Ok(None);
     }
-    compile(rules, Network::Host, target, false, &base.view).map(Some)
+    compile(rules, Network::Host, target, false, base).map(Some)
 }
 
 /// Whether the call's `sandbox` leaves the file system unrestricted: none, `disabled`,
@@ -568,18 +566,19 @@ fn rule(path: &str, access: Access, reason: &str) -> Resolved {
     }
 }
 
-/// Compiles `rules` (already intersected with the environment's) for `target`, in `view`;
+/// Compiles `rules` (already intersected with the environment's) for `target`, in `base`'s view;
 /// `network` applies to a process only (a thread or a forked fs child keeps the host's), as a
-/// private `/dev/shm` does (`private_dev_shm`).
+/// private `/dev/shm` does (`private_dev_shm`). A process's or a child's namespaces of its own
+/// are made in `base`'s user namespace ([`Sandbox::in_user_namespace`]).
 fn compile(
     rules: Vec<cleanroom::protect::Rule>,
     network: Network,
     target: Target,
     private_dev_shm: bool,
-    view: &View,
+    base: &Base,
 ) -> Result<Sandbox, RpcError> {
     let mut policy = Policy::new();
-    policy.view = view.clone();
+    policy.view = base.view.clone();
     policy.private_dev_shm = private_dev_shm && target == Target::Process;
     policy.network = match target {
         Target::Process => network,
@@ -590,12 +589,16 @@ fn compile(
         Target::Thread => Narrowing::Cover,
     };
     policy.rules = rules;
-    Sandbox::compile(&policy).map_err(|e| {
+    let sandbox = Sandbox::compile(&policy).map_err(|e| {
         let what = match e.to_string().contains("network") {
             true => "network restrictions",
             false => "filesystem sandbox restrictions",
         };
         RpcError::invalid_params(format!("{what} cannot be enforced: {e}"))
+    })?;
+    Ok(match target {
+        Target::Process | Target::Child => sandbox.in_user_namespace(base.user_ns.as_ref()),
+        Target::Thread => sandbox,
     })
 }
 

@@ -148,6 +148,7 @@ pub(super) fn probe(namespace: &Path) -> Findings {
     let dev_shm = match linux::probe_in_child(linux::Probe::Namespaces {
         mount: true,
         net: false,
+        user: None,
     }) {
         Ok(()) => Decision {
             choice: "private".into(),

@@ -115,7 +115,7 @@ pub use crate::lock::{PRIVATE_TMP_ENV, USER_LOCK_DIR_ENV};
 pub use linux::shared::TEST_KERNEL_BEFORE_6_15_ENV;
 pub use policy::{
     Access, AppliedRule, EnforcedBy, Narrowing, Network, Policy, Rule, Sandbox, SandboxStatus,
-    SetupReport, TEST_NO_MOUNT_NS_ENV,
+    SetupReport, UserNamespace, TEST_NO_MOUNT_NS_ENV,
 };
 pub use project::WRITABLE_VARS;
 pub use scratch::{
@@ -616,10 +616,14 @@ impl Protection {
 
     /// This policy, for a spawner that could not establish it ([`Protection::established`]
     /// refused), with a Landlock layer built now from its rules beneath every sandbox installed
-    /// within it and every `fs/*` thread restricted to it (see [`Sandbox::layered`], whose
-    /// errors it returns).
-    pub fn layered(&self) -> Result<Protection> {
-        let sandbox = self.sandbox.as_ref().map(Sandbox::layered).transpose()?;
+    /// within it and every `fs/*` thread restricted to it, its processes making their
+    /// namespaces in `user_ns` (see [`Sandbox::layered`], whose errors it returns).
+    pub fn layered(&self, user_ns: Option<&UserNamespace>) -> Result<Protection> {
+        let sandbox = self
+            .sandbox
+            .as_ref()
+            .map(|s| s.layered(user_ns))
+            .transpose()?;
         Ok(self.with_sandbox(sandbox))
     }
 

@@ -71,7 +71,9 @@ use serde::Serialize;
 use super::aliases::{self, MountTable};
 use super::binds::HostPaths;
 use super::compile::{self, CanonicalRule, MountKind};
-use super::linux::child::{ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps};
+use super::linux::child::{
+    Alone, ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps,
+};
 use super::linux::report::{self, Outcome};
 use super::linux::Rights;
 pub use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
@@ -219,6 +221,53 @@ pub struct SandboxStatus {
     pub dropped_capabilities: Vec<String>,
 }
 
+/// The user namespace in which the children of a long-lived spawner make their namespaces, made
+/// once at its start ([`UserNamespace::for_children`]) and attached to every sandbox they are
+/// spawned with ([`Sandbox::in_user_namespace`], [`Sandbox::layered`]). A clone shares it; the
+/// namespace lives while one does (and while a process is in it).
+///
+/// Why: a spawner that makes itself non-dumpable afterwards (the exec-server) has non-dumpable
+/// children, and the kernel gives the `/proc/<pid>` files of a non-dumpable process to root, so
+/// such a child of an ordinary user cannot write its own new user namespace's `uid_map`
+/// (EACCES); nor may it make itself dumpable for the write, which would let a process of the
+/// same user read or trace the copy of the spawner's memory it holds (or, for a child sharing
+/// that memory, `CLONE_VM`, the spawner itself). Such a child joins this one instead, with
+/// `no_new_privs` set first (in it the child has every capability until exec: a file-capability
+/// binary must not get them back there, where they reach the namespaces of the spawner's other
+/// children), and makes its namespaces there.
+#[derive(Clone, Debug)]
+pub struct UserNamespace(Arc<OwnedFd>);
+
+impl UserNamespace {
+    /// Makes the user namespace of this process's children now, with this process's uid and
+    /// gid mapped to themselves (as a child making one of its own would); `None` for root,
+    /// whose children need none. A forked holder makes it and exits once this process opened it
+    /// (see `linux::shared::user_namespace`): call it while this process is still dumpable,
+    /// before anything in it reaps children with `waitpid(-1)`. From then on this process's
+    /// probes of which namespaces a sandbox can have ([`Sandbox::compile`]'s, cached) make
+    /// theirs in the first one made, as its sandboxes' children will: call it before the first
+    /// compile that needs namespaces.
+    ///
+    /// Errors: [`Error::Sys`] when the holder cannot make it or this process cannot open it.
+    pub fn for_children() -> Result<Option<UserNamespace>> {
+        let made = linux::shared::user_namespace().map_err(|e| {
+            Error::sys(
+                "make the user namespace the processes make their namespaces in",
+                e,
+            )
+        })?;
+        let made = made.map(|fd| UserNamespace(Arc::new(fd)));
+        if let Some(made) = &made {
+            let _ = PROBES_USER_NS.set(made.clone());
+        }
+        Ok(made)
+    }
+}
+
+/// The user namespace this process's namespace probes make theirs in (the first
+/// [`UserNamespace::for_children`] made).
+static PROBES_USER_NS: std::sync::OnceLock<UserNamespace> = std::sync::OnceLock::new();
+
 /// A compiled policy, ready to be applied to any number of commands (a clone shares its plan).
 #[derive(Clone, Debug)]
 pub struct Sandbox {
@@ -233,10 +282,10 @@ pub struct Sandbox {
     /// [`Sandbox::restrict_thread_to_established`] to it; while there is one, every sandbox
     /// [`Sandbox::within`] this one has its plan's rules as a layer too.
     start_layer: Option<Arc<OwnedFd>>,
-    /// The user namespace made at the start of a sandbox that could not be established, for an
-    /// ordinary user ([`Sandbox::layered`]): its children, and those of every sandbox
-    /// [`Sandbox::within`] it that set up namespaces of their own, make them inside it.
-    user_ns: Option<Arc<OwnedFd>>,
+    /// The user namespace of the spawner's children ([`Sandbox::in_user_namespace`]): its
+    /// children, and those of every sandbox [`Sandbox::within`] it, that set up namespaces of
+    /// their own (and joined no user namespace with a holder's) make them inside it.
+    user_ns: Option<UserNamespace>,
 }
 
 impl Sandbox {
@@ -419,13 +468,14 @@ impl Sandbox {
     /// the command and everything it starts. Register it after every other `pre_exec` hook.
     pub fn configure(&self, command: &mut Command) {
         if !self.plan.is_empty() {
-            let (plan, user) = (self.plan.clone(), self.user_ns.clone());
+            let plan = self.plan.clone();
+            let user = self.user_ns.as_ref().map(|user| Arc::clone(&user.0));
             // SAFETY: the steps make only raw, async-signal-safe system calls on data prepared
             // before the fork (see `linux::child`): a child program.
             #[allow(unsafe_code)]
             unsafe {
                 crate::sys::linux::exec::run_on_exec(command, move |child| {
-                    plan.apply(child, user.as_deref())
+                    plan.apply(child, Alone { user: user.as_deref() })
                 })
             };
         }
@@ -440,11 +490,14 @@ impl Sandbox {
         if self.plan.is_empty() {
             return None;
         }
-        let (plan, user) = (self.plan.clone(), self.user_ns.clone());
+        let plan = self.plan.clone();
+        let user = self.user_ns.as_ref().map(|user| Arc::clone(&user.0));
         // SAFETY: as in `configure`: the steps are async-signal-safe (a child program).
         #[allow(unsafe_code)]
         let hook = unsafe {
-            crate::sys::linux::exec::hook(move |child| plan.apply(child, user.as_deref()))
+            crate::sys::linux::exec::hook(move |child| {
+                plan.apply(child, Alone { user: user.as_deref() })
+            })
         };
         Some(hook)
     }
@@ -522,36 +575,35 @@ impl Sandbox {
     /// granted, never widen it. The threads' ruleset is built now (the private directories'
     /// rules on the directories of this mount namespace, which the threads see); a child within
     /// builds the same after its mounts, its private directories' rules on its own fresh
-    /// mounts, and applies it before its own ruleset. For an ordinary user, a user namespace is
-    /// made now, in which these commands and those of every sandbox within this one that set up
-    /// namespaces of their own make them (see `linux::shared::user_namespace`: a spawner that
-    /// is not dumpable, as the exec-server makes itself after this, has children that cannot
-    /// map a user namespace of their own); call it while this process is still dumpable, before
-    /// anything in it reaps children with `waitpid(-1)`. Unchanged for a sandbox that is
-    /// established; without a ruleset, it gets no layer.
+    /// mounts, and applies it before its own ruleset. These commands, and those of every
+    /// sandbox within this one, that set up namespaces of their own make them in `user_ns`, the
+    /// spawner's ([`Sandbox::in_user_namespace`]; an ordinary user's spawner that makes itself
+    /// non-dumpable must give it: its children cannot map a user namespace of their own).
+    /// Unchanged for a sandbox that is established; without a ruleset, it gets no layer.
     ///
-    /// Errors: [`Error::Sys`] when the ruleset cannot be built (never a sandbox without it), or
-    /// the user namespace cannot be made.
-    pub fn layered(&self) -> Result<Sandbox> {
+    /// Errors: [`Error::Sys`] when the ruleset cannot be built (never a sandbox without it).
+    pub fn layered(&self, user_ns: Option<&UserNamespace>) -> Result<Sandbox> {
         let Steps::Own(plan) = &self.plan else {
             return Ok(self.clone());
         };
         let layer = linux::shared::ruleset_here(plan)
             .map_err(|e| Error::sys("build the sandbox's start-time Landlock layer", e))?;
-        let user_ns = match plan.mount_ns || plan.net_ns || plan.ipc_ns {
-            true => linux::shared::user_namespace().map_err(|e| {
-                Error::sys(
-                    "make the user namespace the sandbox's processes make their namespaces in",
-                    e,
-                )
-            })?,
-            false => None,
-        };
         Ok(Sandbox {
             start_layer: layer.map(Arc::new),
-            user_ns: user_ns.map(Arc::new),
-            ..self.clone()
+            ..self.in_user_namespace(user_ns)
         })
+    }
+
+    /// This sandbox for a child of the spawner whose children make their namespaces in
+    /// `user_ns` ([`UserNamespace`]): one that sets up namespaces of its own (and joins no user
+    /// namespace with a holder's namespaces) joins it first, with `no_new_privs` set, and makes
+    /// them there; so do those of every sandbox [`Sandbox::within`] this one. Unchanged for
+    /// `None`.
+    pub fn in_user_namespace(&self, user_ns: Option<&UserNamespace>) -> Sandbox {
+        Sandbox {
+            user_ns: user_ns.cloned().or_else(|| self.user_ns.clone()),
+            ..self.clone()
+        }
     }
 
     /// This established sandbox ([`Sandbox::established`]) for a child that also binds `paths`
@@ -595,19 +647,16 @@ impl Sandbox {
     /// and restricts itself with this sandbox's rules alone (intersect the policies first when
     /// `outer`'s must hold too). The process belongs to `outer`'s cleanroom: it sees its
     /// private `/dev/shm`, not the host's. For `outer` a sandbox that could not be established
-    /// but is layered ([`Sandbox::layered`]), this sandbox with its namespaces of its own (made
-    /// inside `outer`'s user namespace, when it has one) and `outer`'s start-time layer beneath
-    /// its rules. Anything else for `outer` returns this sandbox unchanged.
+    /// but is layered ([`Sandbox::layered`]), this sandbox with its namespaces of its own and
+    /// `outer`'s start-time layer beneath its rules. Anything else for `outer` returns this
+    /// sandbox unchanged. Either way, its namespaces of its own are made in `outer`'s user
+    /// namespace ([`Sandbox::in_user_namespace`]) when it has one, else in this sandbox's.
     pub fn within(&self, outer: &Sandbox) -> Sandbox {
-        let mut inside = self.within_plan(outer);
-        if let (Steps::Own(_) | Steps::Layered { .. }, Some(user)) = (&inside.plan, &outer.user_ns)
-        {
-            inside.user_ns = Some(Arc::clone(user));
-        }
-        inside
+        let user_ns = outer.user_ns.as_ref().or(self.user_ns.as_ref());
+        self.within_plan(outer).in_user_namespace(user_ns)
     }
 
-    /// [`Sandbox::within`] but for the user namespace.
+    /// [`Sandbox::within`] but for how its children set up namespaces of their own.
     fn within_plan(&self, outer: &Sandbox) -> Sandbox {
         if let (Steps::Own(own), Steps::Own(start), Some(_)) =
             (&self.plan, &outer.plan, &outer.start_layer)
@@ -1485,7 +1534,8 @@ fn namespaces_available(mount: bool, net: bool) -> std::result::Result<(), Strin
             // Root needs no user namespace: asking the kernel in this process is enough.
             return linux::may_mount_here();
         }
-        linux::probe_in_child(linux::Probe::Namespaces { mount, net })
+        let user = PROBES_USER_NS.get().map(|user| user.0.as_ref());
+        linux::probe_in_child(linux::Probe::Namespaces { mount, net, user })
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
     });
     probe.map_err(|errno| {

@@ -304,17 +304,49 @@ impl Drops {
     }
 }
 
+/// How a child that sets up namespaces of its own does it, when it is a child of a long-lived
+/// spawner (`Sandbox::in_user_namespace`, `Sandbox::layered`); the default for any other.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Alone<'a> {
+    /// The user namespace made for the spawner's children before (`UserNamespace`, by a holder:
+    /// [`enter_user_namespace`]), which it joins first, when it makes namespaces and joined no
+    /// user namespace with a holder's, instead of making one of its own.
+    pub user: Option<&'a OwnedFd>,
+}
+
 /// What the calling process is when it sets up namespaces.
 #[derive(Clone, Copy, Debug)]
 enum Role<'a> {
-    /// A child making its own namespaces, inside `user` when given: a user namespace made for
-    /// it before ([`enter_user_namespace`], in a holder), which it joins first instead of making
-    /// one of its own.
-    Own { user: Option<&'a OwnedFd> },
+    /// A child making its own namespaces, as `Alone` says.
+    Own(Alone<'a>),
     /// A holder of namespaces many children join: it skips [`MountStep::UserPath`] steps.
     Holder,
-    /// A child inside joined namespaces.
+    /// A child inside joined namespaces, making its own in the user namespace `MakeIn` says.
+    Joined(MakeIn<'a>),
+}
+
+/// The user namespace a child makes its new namespaces in.
+#[derive(Clone, Copy, Debug)]
+enum MakeIn<'a> {
+    /// A user namespace of its own made with them, unless it runs as root (see
+    /// [`enter_namespaces`]).
+    Own,
+    /// This one, made by another process, joined first ([`join_user_namespace`]).
+    Join(&'a OwnedFd),
+    /// The one it joined with a holder's namespaces.
     Joined,
+}
+
+impl<'a> Role<'a> {
+    fn make_in(self) -> MakeIn<'a> {
+        match self {
+            Role::Own(Alone {
+                user: Some(user), ..
+            }) => MakeIn::Join(user),
+            Role::Own(Alone { user: None, .. }) | Role::Holder => MakeIn::Own,
+            Role::Joined(make_in) => make_in,
+        }
+    }
 }
 
 impl Steps {
@@ -353,13 +385,13 @@ impl Steps {
 
     /// Applies the steps to the calling process, a child (`child`): namespaces, then mounts,
     /// then capabilities, then Landlock. A child that sets up namespaces of its own (`Own`,
-    /// `Layered`) makes them inside `user` when given (see [`enter`]). Runs after fork: raw
-    /// system calls only; an error carries its stage.
-    pub fn apply(&self, child: &InChild, user: Option<&OwnedFd>) -> io::Result<()> {
+    /// `Layered`, and `Within` on namespaces without a user namespace) does it as `alone` says.
+    /// Runs after fork: raw system calls only; an error carries its stage.
+    pub fn apply(&self, child: &InChild, alone: Alone<'_>) -> io::Result<()> {
         match self {
             Steps::Own(plan) | Steps::Layered { own: plan, .. } => {
                 let report = plan.report.get(child);
-                enter(&[Some(plan.as_ref())], Role::Own { user }, &mut [], report)?;
+                enter(&[Some(plan.as_ref())], Role::Own(alone), &mut [], report)?;
             }
             Steps::Join(plan) => join(plan).map_err(|e| failed(Stage::Join, e))?,
             Steps::Within {
@@ -371,9 +403,14 @@ impl Steps {
                 if let Some(binds) = binds {
                     copy_host_paths(binds, &outer.host_trees)?;
                 }
+                let make_in = match (outer.joins(libc::CLONE_NEWUSER), alone.user) {
+                    (true, _) => MakeIn::Joined,
+                    (false, Some(user)) => MakeIn::Join(user),
+                    (false, None) => MakeIn::Own,
+                };
                 enter(
                     &[binds.as_deref(), inner.as_deref()],
-                    Role::Joined,
+                    Role::Joined(make_in),
                     &mut [],
                     None,
                 )?;
@@ -450,6 +487,11 @@ impl Steps {
         let (stage, errno) = report::decode(err.raw_os_error()?)?;
         let what = match stage {
             Stage::Join => "join the sandbox's shared namespaces".to_string(),
+            Stage::UserNamespace => {
+                "join the user namespace made for the sandbox's processes, in which each makes \
+                 its namespaces"
+                    .to_string()
+            }
             Stage::Namespaces => "make the sandbox's namespaces".to_string(),
             Stage::Propagation => "make the sandbox's mounts private".to_string(),
             Stage::WorkingDirectory => "re-enter the working directory".to_string(),
@@ -466,18 +508,18 @@ impl Steps {
 /// Where a plain `unshare` may make new namespaces (see [`enter_namespaces`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Privilege {
-    /// Only as root; anyone else makes a user namespace with them.
+    /// As root only; anyone else (or root, refused) makes a user namespace with them.
     AsRootOnly,
-    /// Inside a joined namespace set: as root, or in the user namespace joined (where the
-    /// process has every capability and a nested one is not needed).
+    /// In a user namespace joined (where the process has every capability and a nested one is
+    /// not needed): a plain `unshare` only, its error the answer.
     InJoinedNamespace,
 }
 
 /// Enters the namespaces of `plans` (together) and makes their mounts in order, writing the
 /// outcome of best-effort steps to `report`. A holder first takes a copy of the host's tree at
 /// each of the plan's host directories into `held` (before anything is mounted over them). A
-/// child with a user namespace made for it (`role`) joins it first, when it makes namespaces at
-/// all.
+/// child with a user namespace made for it (`role`, [`MakeIn::Join`]) joins it first, when it
+/// makes namespaces at all.
 fn enter(
     plans: &[Option<&ChildPlan>],
     role: Role<'_>,
@@ -491,17 +533,13 @@ fn enter(
         net |= plan.net_ns;
     }
     if flags != 0 {
-        let privilege = match role {
-            Role::Own { user: Some(user) } => {
-                rustix::thread::move_into_link_name_space(
-                    user.as_fd(),
-                    Some(LinkNameSpaceType::User),
-                )
-                .map_err(|e| failed(Stage::Join, e.into()))?;
+        let privilege = match role.make_in() {
+            MakeIn::Join(user) => {
+                join_user_namespace(user.as_fd()).map_err(|e| failed(Stage::UserNamespace, e))?;
                 Privilege::InJoinedNamespace
             }
-            Role::Joined => Privilege::InJoinedNamespace,
-            Role::Own { user: None } | Role::Holder => Privilege::AsRootOnly,
+            MakeIn::Joined => Privilege::InJoinedNamespace,
+            MakeIn::Own => Privilege::AsRootOnly,
         };
         enter_namespaces(flags, privilege).map_err(|e| failed(Stage::Namespaces, e))?;
     }
@@ -622,12 +660,33 @@ fn join(plan: &JoinPlan) -> io::Result<()> {
         false => None,
     };
     for (fd, kind) in &plan.namespaces {
-        rustix::thread::move_into_link_name_space(fd.as_fd(), namespace_type(*kind))?;
+        match *kind {
+            libc::CLONE_NEWUSER => join_user_namespace(fd.as_fd())?,
+            kind => rustix::thread::move_into_link_name_space(fd.as_fd(), namespace_type(kind))?,
+        }
     }
     if let Some(cwd) = cwd {
         rustix::process::chdir(cwd)?;
     }
     Ok(())
+}
+
+/// Joins `user`, a user namespace another process made (a holder's), with `no_new_privs` set
+/// first: in it the child has every capability until exec, and a file-capability binary it
+/// executed would get them back there (the kernel honours file capabilities in any user
+/// namespace), reaching every namespace that user namespace owns, those of the spawner's other
+/// children included (moving an interface into another's network namespace). Raw system calls
+/// only.
+fn join_user_namespace(user: BorrowedFd<'_>) -> io::Result<()> {
+    no_new_privs()?;
+    rustix::thread::move_into_link_name_space(user, Some(LinkNameSpaceType::User))?;
+    Ok(())
+}
+
+/// Sets `no_new_privs` on the calling thread (a raw `prctl`): exec grants it no set-uid,
+/// set-gid or file capability from then on. Landlock requires it as well ([`enforce`]).
+fn no_new_privs() -> io::Result<()> {
+    Ok(rustix::thread::set_no_new_privs(true)?)
 }
 
 /// The `setns` type of a namespace's `CLONE_NEW*` flag (`None`: any type).
@@ -764,7 +823,7 @@ fn restrict_own(plan: &ChildPlan) -> io::Result<()> {
 /// `no_new_privs`, then `landlock_restrict_self` with `ruleset` (the calling thread only, for
 /// good). Raw system calls only.
 pub(crate) fn enforce(ruleset: &OwnedFd) -> io::Result<()> {
-    rustix::thread::set_no_new_privs(true)?;
+    no_new_privs()?;
     landlock::restrict_self(ruleset.as_fd())
 }
 
@@ -900,6 +959,24 @@ fn apply_step(
     }
 }
 
+/// Writes `n` in decimal at the start of `out` (at least 10 bytes); returns how many bytes.
+fn write_decimal(out: &mut [u8], n: u32) -> usize {
+    let mut digits = [0u8; 10];
+    let (mut n, mut len) = (n, 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        out[i] = digits[len - 1 - i];
+    }
+    len
+}
+
 /// A detached recursive copy of the tree at `path`, which must still be `identity`.
 fn keep(path: &CStr, identity: Option<Identity>) -> io::Result<OwnedFd> {
     let source = mounts::open_path(CWD, path, Within::Anywhere)?;
@@ -971,8 +1048,10 @@ fn reenter_cwd() -> io::Result<()> {
 
 /// Enters new namespaces (`flags`: `CLONE_NEWNS`, `CLONE_NEWNET`, `CLONE_NEWIPC`).
 ///
-/// As root (or, with [`Privilege::InJoinedNamespace`], in a joined user namespace, where the
-/// process has every capability) a plain `unshare` is used. Otherwise (or if that is refused) a
+/// With [`Privilege::InJoinedNamespace`], in a joined user namespace, where the process has
+/// every capability, a plain `unshare` is used and its error is the answer (a user namespace of
+/// its own would hide it: the child of a non-dumpable spawner cannot write its maps, EACCES). As
+/// root a plain `unshare` is tried first. Otherwise (or if that is refused) a
 /// user namespace is created with them, which also empties the ambient capability set a
 /// non-root caller may carry, mapping the caller's own uid and gid to themselves, so the command keeps
 /// its identity and gains no privilege outside (its capabilities in the new user namespace are
@@ -981,8 +1060,10 @@ fn reenter_cwd() -> io::Result<()> {
 fn enter_namespaces(flags: libc::c_int, privilege: Privilege) -> io::Result<()> {
     let euid = rustix::process::geteuid().as_raw();
     let egid = rustix::process::getegid().as_raw();
-    let plain = euid == 0 || privilege == Privilege::InJoinedNamespace;
-    if plain && process::unshare(flags).is_ok() {
+    if privilege == Privilege::InJoinedNamespace {
+        return process::unshare(flags);
+    }
+    if euid == 0 && process::unshare(flags).is_ok() {
         return Ok(());
     }
     process::unshare(libc::CLONE_NEWUSER | flags)?;
@@ -995,23 +1076,9 @@ fn enter_namespaces(flags: libc::c_int, privilege: Privilege) -> io::Result<()> 
 
 /// Formats "`id` `id` 1\n" into `buf` without allocating; returns the used part.
 fn id_map_line(buf: &mut [u8; 40], id: u32) -> &[u8] {
-    let mut digits = [0u8; 10];
-    let mut n = id;
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
     let mut at = 0;
     for _ in 0..2 {
-        for i in (0..len).rev() {
-            buf[at] = digits[i];
-            at += 1;
-        }
+        at += write_decimal(&mut buf[at..], id);
         buf[at] = b' ';
         at += 1;
     }
@@ -1045,12 +1112,14 @@ fn loopback_up() -> io::Result<()> {
 /// Probe body (run in a forked child): the namespaces a plan with `mount_ns`/`net_ns` would
 /// enter (an IPC namespace with the mount namespace, as private scratch has both), with `/` made
 /// a slave and a tmpfs mounted on `/dev/shm` when `mount_ns` (the probe's namespaces die with
-/// it). Returns 0 or an errno.
-pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
+/// it), made in `user` when one is given (as a child of a spawner with a `UserNamespace` makes
+/// them). Returns 0 or an errno.
+pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool, user: Option<&OwnedFd>) -> i32 {
+    let alone = Alone { user };
     let result = (|| {
         enter(
             &[Some(&ChildPlan::namespaces_only(mount_ns, net_ns))],
-            Role::Own { user: None },
+            Role::Own(alone),
             &mut [],
             None,
         )?;
@@ -1068,7 +1137,7 @@ pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool) -> i32 {
 pub(crate) fn probe_overlay(target: &CStr, data: &CStr) -> i32 {
     let result = enter(
         &[Some(&ChildPlan::namespaces_only(true, false))],
-        Role::Own { user: None },
+        Role::Own(Alone::default()),
         &mut [],
         None,
     )

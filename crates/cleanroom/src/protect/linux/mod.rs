@@ -149,8 +149,13 @@ pub(crate) enum Probe<'a> {
     UserNs,
     /// Becoming a child subreaper.
     Subreaper,
-    /// A private mount namespace and/or network namespace ([`child::probe_namespaces`]).
-    Namespaces { mount: bool, net: bool },
+    /// A private mount namespace and/or network namespace ([`child::probe_namespaces`]), made
+    /// in `user` when one is given.
+    Namespaces {
+        mount: bool,
+        net: bool,
+        user: Option<&'a OwnedFd>,
+    },
     /// An overlay of `target` with the options `data` ([`child::probe_overlay`]).
     Overlay { target: &'a CStr, data: &'a CStr },
     /// Copies of the host's trees in a joined namespace ([`child::probe_host_copy`]).
@@ -161,13 +166,13 @@ impl Probe<'_> {
     /// Runs the probe's body in the calling (child) process: 0 or an errno.
     fn body(&self) -> i32 {
         match self {
-            Probe::NetNs => child::probe_namespaces(false, true),
+            Probe::NetNs => child::probe_namespaces(false, true, None),
             Probe::UserNs => errno_of(process::unshare(libc::CLONE_NEWUSER)),
             Probe::Subreaper => {
                 let me = rustix::process::getpid();
                 errno_of(rustix::process::set_child_subreaper(Some(me)).map_err(io::Error::from))
             }
-            Probe::Namespaces { mount, net } => child::probe_namespaces(*mount, *net),
+            Probe::Namespaces { mount, net, user } => child::probe_namespaces(*mount, *net, *user),
             Probe::Overlay { target, data } => child::probe_overlay(target, data),
             Probe::HostCopy(plan) => child::probe_host_copy(plan),
         }

@@ -24,6 +24,9 @@ const MAX_STAGE: u32 = (1 << 17) - 1;
 pub(crate) enum Stage {
     /// Joining the namespaces of a holder.
     Join,
+    /// Joining the user namespace made for the children of a long-lived spawner, in which it
+    /// makes its own namespaces (`UserNamespace`).
+    UserNamespace,
     /// Making new namespaces.
     Namespaces,
     /// Making `/` a slave mount of the host's.
@@ -47,6 +50,7 @@ impl Stage {
             Stage::WorkingDirectory => 4,
             Stage::Capabilities => 5,
             Stage::Landlock => 6,
+            Stage::UserNamespace => 7,
             Stage::Step(i) => (FIRST_STEP + i as u32).min(MAX_STAGE),
         }
     }
@@ -59,6 +63,7 @@ impl Stage {
             4 => Stage::WorkingDirectory,
             5 => Stage::Capabilities,
             6 => Stage::Landlock,
+            7 => Stage::UserNamespace,
             n if n >= FIRST_STEP => Stage::Step((n - FIRST_STEP) as usize),
             _ => return None,
         })
@@ -176,6 +181,7 @@ mod tests {
         for stage in [
             Stage::Join,
             Stage::Landlock,
+            Stage::UserNamespace,
             Stage::Step(0),
             Stage::Step(300),
         ] {
