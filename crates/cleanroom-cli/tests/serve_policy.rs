@@ -13,7 +13,9 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use serve_support::{managed, path_entry, read_only, special, workspace_write, wrap, Server};
+use serve_support::{
+    decode, managed, path_entry, read_only, special, uri, workspace_write, wrap, Client, Server,
+};
 
 /// `work/ws` (a git-like workspace with a secret) and `work/outside`.
 fn layout(work: &Path) -> (PathBuf, PathBuf) {
@@ -511,5 +513,75 @@ async fn an_ordinary_users_server_without_protection_starts_confined_managed_pro
     );
     assert!(!outside.join("ww").exists() && !ws.join(".git/ww").exists());
     assert!(ws.join("ww").exists() && !ws.join("ro").exists());
+    server.stop();
+}
+
+/// `security.capability` of a file whose `CAP_NET_ADMIN` is permitted and effective at exec
+/// (`vfs_cap_data` revision 2: `magic_etc`, then permitted and inheritable, low and high words).
+fn net_admin_file_capability() -> Vec<u8> {
+    [0x0200_0001u32, 1 << 12, 0, 0, 0]
+        .iter()
+        .flat_map(|word| word.to_le_bytes())
+        .collect()
+}
+
+/// The `CapEff` line a command started as `argv` (no shell) under `sandbox` prints.
+async fn effective_capabilities(c: &mut Client, id: &str, argv: &[&str], extra: Value) -> String {
+    c.start(id, argv, extra).await;
+    let out: String = c
+        .until_closed(id)
+        .await
+        .iter()
+        .filter(|n| n["method"] == "process/output")
+        .map(|n| decode(&n["params"]["chunk"]))
+        .collect();
+    out.trim().to_string()
+}
+
+/// A server run by an ordinary user gives its managed processes namespaces inside one user
+/// namespace of its own, where each held every capability until exec: a binary with a file
+/// capability started as the command itself (no shell between) gets none there, where
+/// `CAP_NET_ADMIN` would reach the other processes' network namespaces. The same binary started
+/// without a sandbox gets its capability (on the host, from its file), so the file's capability
+/// is real on this filesystem.
+#[tokio::test]
+async fn a_file_capability_command_gets_no_capability_in_the_servers_user_namespace() {
+    if !skip::root_or_skip("setting a file capability") {
+        return;
+    }
+    let server = Server::start_prepared(&["--protect", "off"], true, |work, _| {
+        layout(work);
+    });
+    let work = server.work();
+    let (grep, ws) = (work.join("capgrep"), work.join("ws"));
+    // Made after the work dir was given to the server's user: a change of owner drops it.
+    std::fs::copy("/usr/bin/grep", &grep).unwrap();
+    rustix::fs::setxattr(
+        &grep,
+        "security.capability",
+        &net_admin_file_capability(),
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    let argv = [grep.to_str().unwrap(), "CapEff", "/proc/self/status"];
+    let mut c = server.client().await;
+    let plain = effective_capabilities(&mut c, "plain", &argv, json!({})).await;
+    if plain != "CapEff:\t0000000000001000" {
+        skip::skip(&format!(
+            "file capabilities are not honoured here: {plain:?}"
+        ));
+        server.stop();
+        return;
+    }
+    let network_only = json!({"permissions": {"type": "external", "network": "restricted"}});
+    let mut failures = Vec::new();
+    for (id, sandbox) in [("ww", workspace_write(&ws)), ("net", network_only)] {
+        let extra = json!({"cwd": uri(&ws), "sandbox": sandbox});
+        let got = effective_capabilities(&mut c, id, &argv, extra).await;
+        if got != "CapEff:\t0000000000000000" {
+            failures.push(format!("{id}: {got:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
     server.stop();
 }

@@ -71,9 +71,7 @@ use serde::Serialize;
 use super::aliases::{self, MountTable};
 use super::binds::HostPaths;
 use super::compile::{self, CanonicalRule, MountKind};
-use super::linux::child::{
-    Alone, ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps,
-};
+use super::linux::child::{Alone, ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps};
 use super::linux::report::{self, Outcome};
 use super::linux::Rights;
 pub use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
@@ -232,9 +230,9 @@ pub struct SandboxStatus {
 /// (EACCES); nor may it make itself dumpable for the write, which would let a process of the
 /// same user read or trace the copy of the spawner's memory it holds (or, for a child sharing
 /// that memory, `CLONE_VM`, the spawner itself). Such a child joins this one instead, with
-/// `no_new_privs` set first (in it the child has every capability until exec: a file-capability
-/// binary must not get them back there, where they reach the namespaces of the spawner's other
-/// children), and makes its namespaces there.
+/// `no_new_privs` set first, makes its namespaces there, and gives up every capability it holds
+/// there as its last step (a file-capability binary it executes must get none there, where they
+/// reach the namespaces of the spawner's other children).
 #[derive(Clone, Debug)]
 pub struct UserNamespace(Arc<OwnedFd>);
 
@@ -475,7 +473,12 @@ impl Sandbox {
             #[allow(unsafe_code)]
             unsafe {
                 crate::sys::linux::exec::run_on_exec(command, move |child| {
-                    plan.apply(child, Alone { user: user.as_deref() })
+                    plan.apply(
+                        child,
+                        Alone {
+                            user: user.as_deref(),
+                        },
+                    )
                 })
             };
         }
@@ -496,7 +499,12 @@ impl Sandbox {
         #[allow(unsafe_code)]
         let hook = unsafe {
             crate::sys::linux::exec::hook(move |child| {
-                plan.apply(child, Alone { user: user.as_deref() })
+                plan.apply(
+                    child,
+                    Alone {
+                        user: user.as_deref(),
+                    },
+                )
             })
         };
         Some(hook)

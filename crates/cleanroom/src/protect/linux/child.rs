@@ -388,6 +388,11 @@ impl Steps {
     /// `Layered`, and `Within` on namespaces without a user namespace) does it as `alone` says.
     /// Runs after fork: raw system calls only; an error carries its stage.
     pub fn apply(&self, child: &InChild, alone: Alone<'_>) -> io::Result<()> {
+        let joins_user = match self {
+            Steps::Own(_) | Steps::Layered { .. } => alone.user.is_some(),
+            Steps::Join(plan) => plan.joins(libc::CLONE_NEWUSER),
+            Steps::Within { outer, .. } => outer.joins(libc::CLONE_NEWUSER) || alone.user.is_some(),
+        };
         match self {
             Steps::Own(plan) | Steps::Layered { own: plan, .. } => {
                 let report = plan.report.get(child);
@@ -417,7 +422,11 @@ impl Steps {
             }
         }
         drop_capabilities(self.drops()).map_err(|e| failed(Stage::Capabilities, e))?;
-        self.restrict().map_err(|e| failed(Stage::Landlock, e))
+        self.restrict().map_err(|e| failed(Stage::Landlock, e))?;
+        if joins_user && !rustix::process::geteuid().is_root() {
+            give_up_capabilities().map_err(|e| failed(Stage::Capabilities, e))?;
+        }
+        Ok(())
     }
 
     /// Restricts the calling process with its Landlock ruleset.
@@ -675,8 +684,9 @@ fn join(plan: &JoinPlan) -> io::Result<()> {
 /// first: in it the child has every capability until exec, and a file-capability binary it
 /// executed would get them back there (the kernel honours file capabilities in any user
 /// namespace), reaching every namespace that user namespace owns, those of the spawner's other
-/// children included (moving an interface into another's network namespace). Raw system calls
-/// only.
+/// children included (moving an interface into another's network namespace). `no_new_privs`
+/// limits such a binary to the permitted set held at exec, so [`Steps::apply`] also empties
+/// that set last ([`give_up_capabilities`]). Raw system calls only.
 fn join_user_namespace(user: BorrowedFd<'_>) -> io::Result<()> {
     no_new_privs()?;
     rustix::thread::move_into_link_name_space(user, Some(LinkNameSpaceType::User))?;
@@ -728,6 +738,20 @@ fn drop_capabilities(drops: Drops) -> io::Result<()> {
         refused_as_root(e)?;
     }
     Ok(())
+}
+
+/// Empties the calling thread's effective, permitted, inheritable and ambient sets, as the last
+/// step of a child that is not uid 0 and joined a user namespace another process made: there it
+/// holds every capability until exec, and `no_new_privs` limits a file-capability binary it
+/// executes to the permitted set it holds then, not to none: without this, a command started
+/// directly as such a binary would get, say, `CAP_NET_ADMIN` over every namespace that user
+/// namespace owns, the spawner's other children's network namespaces included. Its mounts and
+/// Landlock are made by then; the command, running as a uid other than 0 there, needs none.
+/// Raw system calls only.
+fn give_up_capabilities() -> io::Result<()> {
+    // A kernel without ambient capabilities (EINVAL) has none to clear.
+    let _ = rustix::thread::clear_ambient_capability_set();
+    clear_capability_sets(CapabilitySet::all())
 }
 
 /// `error` if the calling process runs as uid 0, else nothing.
