@@ -538,50 +538,60 @@ async fn effective_capabilities(c: &mut Client, id: &str, argv: &[&str], extra: 
     out.trim().to_string()
 }
 
-/// A server run by an ordinary user gives its managed processes namespaces inside one user
+/// A server run by an ordinary user gives its managed processes namespaces inside a user
 /// namespace of its own, where each held every capability until exec: a binary with a file
 /// capability started as the command itself (no shell between) gets none there, where
-/// `CAP_NET_ADMIN` would reach the other processes' network namespaces. The same binary started
-/// without a sandbox gets its capability (on the host, from its file), so the file's capability
-/// is real on this filesystem.
+/// `CAP_NET_ADMIN` would reach the other processes' network namespaces. Under `--protect off`
+/// the user namespace is the one the server made at its start (managed sandboxes); under
+/// `--protect home` the shared namespaces' holder's (a process without a sandbox joins them, a
+/// managed one makes its own inside). The same binary started without a sandbox gets its
+/// capability (on the host, from its file), so the file's capability is real here.
 #[tokio::test]
 async fn a_file_capability_command_gets_no_capability_in_the_servers_user_namespace() {
     if !skip::root_or_skip("setting a file capability") {
         return;
     }
-    let server = Server::start_prepared(&["--protect", "off"], true, |work, _| {
-        layout(work);
-    });
-    let work = server.work();
-    let (grep, ws) = (work.join("capgrep"), work.join("ws"));
-    // Made after the work dir was given to the server's user: a change of owner drops it.
-    std::fs::copy("/usr/bin/grep", &grep).unwrap();
-    rustix::fs::setxattr(
-        &grep,
-        "security.capability",
-        &net_admin_file_capability(),
-        rustix::fs::XattrFlags::empty(),
-    )
-    .unwrap();
-    let argv = [grep.to_str().unwrap(), "CapEff", "/proc/self/status"];
-    let mut c = server.client().await;
-    let plain = effective_capabilities(&mut c, "plain", &argv, json!({})).await;
-    if plain != "CapEff:\t0000000000001000" {
-        skip::skip(&format!(
-            "file capabilities are not honoured here: {plain:?}"
-        ));
-        server.stop();
-        return;
-    }
     let network_only = json!({"permissions": {"type": "external", "network": "restricted"}});
     let mut failures = Vec::new();
-    for (id, sandbox) in [("ww", workspace_write(&ws)), ("net", network_only)] {
-        let extra = json!({"cwd": uri(&ws), "sandbox": sandbox});
-        let got = effective_capabilities(&mut c, id, &argv, extra).await;
-        if got != "CapEff:\t0000000000000000" {
-            failures.push(format!("{id}: {got:?}"));
+    for protect in ["off", "home"] {
+        let server = Server::start_prepared(&["--protect", protect], true, |work, _| {
+            layout(work);
+        });
+        let work = server.work();
+        let (grep, ws) = (work.join("capgrep"), work.join("ws"));
+        // Made after the work dir was given to the server's user: a change of owner drops it.
+        std::fs::copy("/usr/bin/grep", &grep).unwrap();
+        rustix::fs::setxattr(
+            &grep,
+            "security.capability",
+            &net_admin_file_capability(),
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        let argv = [grep.to_str().unwrap(), "CapEff", "/proc/self/status"];
+        let mut c = server.client().await;
+        let starts = match protect {
+            "off" => {
+                let plain = effective_capabilities(&mut c, "plain", &argv, json!({})).await;
+                if plain != "CapEff:\t0000000000001000" {
+                    skip::skip(&format!(
+                        "file capabilities are not honoured here: {plain:?}"
+                    ));
+                    server.stop();
+                    return;
+                }
+                vec![("ww", workspace_write(&ws)), ("net", network_only.clone())]
+            }
+            _ => vec![("none", Value::Null), ("ww", workspace_write(&ws))],
+        };
+        for (id, sandbox) in starts {
+            let extra = json!({"cwd": uri(&ws), "sandbox": sandbox});
+            let got = effective_capabilities(&mut c, id, &argv, extra).await;
+            if got != "CapEff:\t0000000000000000" {
+                failures.push(format!("--protect {protect}, {id}: {got:?}"));
+            }
         }
+        server.stop();
     }
     assert!(failures.is_empty(), "{failures:#?}");
-    server.stop();
 }

@@ -89,7 +89,9 @@ fn escaping_capabilities() -> CapabilitySet {
 /// uid 0, cannot read the server's environment, memory or descriptors through `/proc/<server>`
 /// (Landlock's ptrace scoping does not refuse it when the server itself runs inside a Landlock
 /// domain that the process's is nested in). Only a process running as uid 0 fails on a refusal
-/// of the bounding set: an ordinary user's command has none to drop.
+/// of the bounding set: an ordinary user's command has none to drop (one that made or joined its
+/// namespaces in a user namespace the server or its holder made has given up every capability
+/// held there before this runs, so its drops are refused, and moot).
 pub fn keep_out_of_the_server() -> io::Result<()> {
     use rustix::thread::remove_capability_from_bounding_set;
     for capability in escaping_capabilities().iter() {

@@ -746,8 +746,11 @@ fn drop_capabilities(drops: Drops) -> io::Result<()> {
 /// executes to the permitted set it holds then, not to none: without this, a command started
 /// directly as such a binary would get, say, `CAP_NET_ADMIN` over every namespace that user
 /// namespace owns, the spawner's other children's network namespaces included. Its mounts and
-/// Landlock are made by then; the command, running as a uid other than 0 there, needs none.
-/// Raw system calls only.
+/// Landlock are made by then; the command, running as a uid other than 0 there, needs none. The
+/// bounding set stays as it is (a spawner's own drops from it afterwards are refused, and moot:
+/// nothing can be gained through it with no permitted capability and `no_new_privs`); emptying
+/// it would make the kernel refuse to execute such a binary (its file capabilities marked
+/// effective) instead of running it without them. Raw system calls only.
 fn give_up_capabilities() -> io::Result<()> {
     // A kernel without ambient capabilities (EINVAL) has none to clear.
     let _ = rustix::thread::clear_ambient_capability_set();
