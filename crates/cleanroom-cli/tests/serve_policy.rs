@@ -595,3 +595,35 @@ async fn a_file_capability_command_gets_no_capability_in_the_servers_user_namesp
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// `fs/*` calls of a server run by an ordinary user without protection, under a managed sandbox
+/// that a thread cannot carry out with Landlock alone (a new entry in a workspace holding a
+/// read-only `.git` is made by a forked child in mount namespaces of its own): the child makes
+/// them in the user namespace the server made at its start, so the call is carried out, and
+/// still confined (`.git` and a path outside the workspace refused). Without that namespace the
+/// child could not map one of its own (the server is not dumpable) and every such call failed.
+#[tokio::test]
+async fn an_ordinary_users_server_without_protection_carries_out_forked_fs_calls() {
+    use base64::Engine;
+    let server = Server::start_prepared(&["--protect", "off"], true, |work, _| {
+        layout(work);
+    });
+    let work = server.work();
+    let (ws, outside) = (work.join("ws"), work.join("outside"));
+    let mut c = server.client().await;
+    let sandbox = workspace_write(&ws);
+    let write = |path: &Path| {
+        json!({"path": uri(path), "sandbox": sandbox.clone(),
+               "dataBase64": base64::engine::general_purpose::STANDARD.encode("fs\n")})
+    };
+    c.call("fs/writeFile", write(&ws.join("new")))
+        .await
+        .unwrap_or_else(|e| panic!("fs/writeFile in the workspace: {e:?}"));
+    assert_eq!(std::fs::read_to_string(ws.join("new")).unwrap(), "fs\n");
+    for refused in [ws.join(".git/new"), outside.join("new")] {
+        let answer = c.call("fs/writeFile", write(&refused)).await;
+        assert!(answer.is_err(), "{}: {answer:?}", refused.display());
+        assert!(!refused.exists(), "{}", refused.display());
+    }
+    server.stop();
+}
