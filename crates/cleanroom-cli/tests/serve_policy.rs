@@ -17,6 +17,17 @@ use serve_support::{
     decode, managed, path_entry, read_only, special, uri, workspace_write, wrap, Client, Server,
 };
 
+/// A server of `--protect <protect>` run by an ordinary user (nobody as root) over [`layout`],
+/// with its `ws` and `outside`.
+fn ordinary_users_server_over_layout(protect: &str) -> (Server, PathBuf, PathBuf) {
+    let server = Server::start_prepared(&["--protect", protect], true, |work, _| {
+        layout(work);
+    });
+    let work = server.work();
+    let (ws, outside) = (work.join("ws"), work.join("outside"));
+    (server, ws, outside)
+}
+
 /// `work/ws` (a git-like workspace with a secret) and `work/outside`.
 fn layout(work: &Path) -> (PathBuf, PathBuf) {
     let ws = work.join("ws");
@@ -450,11 +461,7 @@ fn capability_set(status: &str, name: &str) -> u64 {
 /// maps ("cannot make the sandbox's namespaces: Permission denied").
 #[tokio::test]
 async fn an_ordinary_users_server_without_protection_starts_confined_managed_processes() {
-    let server = Server::start_prepared(&["--protect", "off"], true, |work, _| {
-        layout(work);
-    });
-    let work = server.work();
-    let (ws, outside) = (work.join("ws"), work.join("outside"));
+    let (server, ws, outside) = ordinary_users_server_over_layout("off");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -554,11 +561,8 @@ async fn a_file_capability_command_gets_no_capability_in_the_servers_user_namesp
     let network_only = json!({"permissions": {"type": "external", "network": "restricted"}});
     let mut failures = Vec::new();
     for protect in ["off", "home"] {
-        let server = Server::start_prepared(&["--protect", protect], true, |work, _| {
-            layout(work);
-        });
-        let work = server.work();
-        let (grep, ws) = (work.join("capgrep"), work.join("ws"));
+        let (server, ws, _) = ordinary_users_server_over_layout(protect);
+        let grep = server.work().join("capgrep");
         // Made after the work dir was given to the server's user: a change of owner drops it.
         std::fs::copy("/usr/bin/grep", &grep).unwrap();
         rustix::fs::setxattr(
@@ -605,11 +609,7 @@ async fn a_file_capability_command_gets_no_capability_in_the_servers_user_namesp
 #[tokio::test]
 async fn an_ordinary_users_server_without_protection_carries_out_forked_fs_calls() {
     use base64::Engine;
-    let server = Server::start_prepared(&["--protect", "off"], true, |work, _| {
-        layout(work);
-    });
-    let work = server.work();
-    let (ws, outside) = (work.join("ws"), work.join("outside"));
+    let (server, ws, outside) = ordinary_users_server_over_layout("off");
     let mut c = server.client().await;
     let sandbox = workspace_write(&ws);
     let write = |path: &Path| {
