@@ -71,7 +71,7 @@ use serde::Serialize;
 use super::aliases::{self, MountTable};
 use super::binds::HostPaths;
 use super::compile::{self, CanonicalRule, MountKind};
-use super::linux::child::{Alone, ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps};
+use super::linux::child::{ChildPlan, EarlyRule, Identity, LandlockPlan, MountStep, Steps};
 use super::linux::report::{self, Outcome};
 use super::linux::Rights;
 pub use super::rule::{Access, AppliedRule, EnforcedBy, Rule};
@@ -466,20 +466,11 @@ impl Sandbox {
     /// the command and everything it starts. Register it after every other `pre_exec` hook.
     pub fn configure(&self, command: &mut Command) {
         if !self.plan.is_empty() {
-            let plan = self.plan.clone();
-            let user = self.user_ns.as_ref().map(|user| Arc::clone(&user.0));
             // SAFETY: the steps make only raw, async-signal-safe system calls on data prepared
             // before the fork (see `linux::child`): a child program.
             #[allow(unsafe_code)]
             unsafe {
-                crate::sys::linux::exec::run_on_exec(command, move |child| {
-                    plan.apply(
-                        child,
-                        Alone {
-                            user: user.as_deref(),
-                        },
-                    )
-                })
+                crate::sys::linux::exec::run_on_exec(command, self.child_program())
             };
         }
     }
@@ -493,21 +484,21 @@ impl Sandbox {
         if self.plan.is_empty() {
             return None;
         }
-        let plan = self.plan.clone();
-        let user = self.user_ns.as_ref().map(|user| Arc::clone(&user.0));
         // SAFETY: as in `configure`: the steps are async-signal-safe (a child program).
         #[allow(unsafe_code)]
-        let hook = unsafe {
-            crate::sys::linux::exec::hook(move |child| {
-                plan.apply(
-                    child,
-                    Alone {
-                        user: user.as_deref(),
-                    },
-                )
-            })
-        };
+        let hook = unsafe { crate::sys::linux::exec::hook(self.child_program()) };
         Some(hook)
+    }
+
+    /// What a child of this sandbox runs: its steps, its namespaces of its own made in its
+    /// spawner's children's user namespace when it has one. It owns what it uses (a clone of the
+    /// plan and of the namespace's descriptor).
+    fn child_program(
+        &self,
+    ) -> impl Fn(&crate::sys::linux::fork::InChild) -> io::Result<()> + Send + Sync + 'static {
+        let plan = self.plan.clone();
+        let user = self.user_ns.as_ref().map(|user| Arc::clone(&user.0));
+        move |child| plan.apply(child, user.as_deref())
     }
 
     /// This sandbox with its namespaces and mounts set up once, now, and held by the returned

@@ -304,25 +304,28 @@ impl Drops {
     }
 }
 
-/// How a child that sets up namespaces of its own does it, when it is a child of a long-lived
-/// spawner (`Sandbox::in_user_namespace`, `Sandbox::layered`); the default for any other.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Alone<'a> {
-    /// The user namespace made for the spawner's children before (`UserNamespace`, by a holder:
-    /// [`enter_user_namespace`]), which it joins first, when it makes namespaces and joined no
-    /// user namespace with a holder's, instead of making one of its own.
-    pub user: Option<&'a OwnedFd>,
-}
-
 /// What the calling process is when it sets up namespaces.
 #[derive(Clone, Copy, Debug)]
 enum Role<'a> {
-    /// A child making its own namespaces, as `Alone` says.
-    Own(Alone<'a>),
+    /// A child making its own namespaces: in the user namespace made for a long-lived spawner's
+    /// children when given (`UserNamespace`, by a holder: [`enter_user_namespace`]), joined
+    /// first, else in one of its own.
+    Own(Option<&'a OwnedFd>),
     /// A holder of namespaces many children join: it skips [`MountStep::UserPath`] steps.
     Holder,
     /// A child inside joined namespaces, making its own in the user namespace `MakeIn` says.
     Joined(MakeIn<'a>),
+}
+
+/// Where a child inside the joined namespaces of `outer` makes new ones: in the user namespace
+/// it joined with them, else in `user` (the spawner's children's) when given, else in one of
+/// its own.
+fn within<'a>(outer: &JoinPlan, user: Option<&'a OwnedFd>) -> MakeIn<'a> {
+    match (outer.joins(libc::CLONE_NEWUSER), user) {
+        (true, _) => MakeIn::Joined,
+        (false, Some(user)) => MakeIn::Join(user),
+        (false, None) => MakeIn::Own,
+    }
 }
 
 /// The user namespace a child makes its new namespaces in.
@@ -340,10 +343,8 @@ enum MakeIn<'a> {
 impl<'a> Role<'a> {
     fn make_in(self) -> MakeIn<'a> {
         match self {
-            Role::Own(Alone {
-                user: Some(user), ..
-            }) => MakeIn::Join(user),
-            Role::Own(Alone { user: None, .. }) | Role::Holder => MakeIn::Own,
+            Role::Own(Some(user)) => MakeIn::Join(user),
+            Role::Own(None) | Role::Holder => MakeIn::Own,
             Role::Joined(make_in) => make_in,
         }
     }
@@ -385,18 +386,19 @@ impl Steps {
 
     /// Applies the steps to the calling process, a child (`child`): namespaces, then mounts,
     /// then capabilities, then Landlock. A child that sets up namespaces of its own (`Own`,
-    /// `Layered`, and `Within` on namespaces without a user namespace) does it as `alone` says.
-    /// Runs after fork: raw system calls only; an error carries its stage.
-    pub fn apply(&self, child: &InChild, alone: Alone<'_>) -> io::Result<()> {
+    /// `Layered`, and `Within` on namespaces without a user namespace) makes them in `user` when
+    /// given (the spawner's children's), else in one of its own. Runs after fork: raw system
+    /// calls only; an error carries its stage.
+    pub fn apply(&self, child: &InChild, user: Option<&OwnedFd>) -> io::Result<()> {
         let joins_user = match self {
-            Steps::Own(_) | Steps::Layered { .. } => alone.user.is_some(),
+            Steps::Own(_) | Steps::Layered { .. } => user.is_some(),
             Steps::Join(plan) => plan.joins(libc::CLONE_NEWUSER),
-            Steps::Within { outer, .. } => outer.joins(libc::CLONE_NEWUSER) || alone.user.is_some(),
+            Steps::Within { outer, .. } => !matches!(within(outer, user), MakeIn::Own),
         };
         match self {
             Steps::Own(plan) | Steps::Layered { own: plan, .. } => {
                 let report = plan.report.get(child);
-                enter(&[Some(plan.as_ref())], Role::Own(alone), &mut [], report)?;
+                enter(&[Some(plan.as_ref())], Role::Own(user), &mut [], report)?;
             }
             Steps::Join(plan) => join(plan).map_err(|e| failed(Stage::Join, e))?,
             Steps::Within {
@@ -408,14 +410,9 @@ impl Steps {
                 if let Some(binds) = binds {
                     copy_host_paths(binds, &outer.host_trees)?;
                 }
-                let make_in = match (outer.joins(libc::CLONE_NEWUSER), alone.user) {
-                    (true, _) => MakeIn::Joined,
-                    (false, Some(user)) => MakeIn::Join(user),
-                    (false, None) => MakeIn::Own,
-                };
                 enter(
                     &[binds.as_deref(), inner.as_deref()],
-                    Role::Joined(make_in),
+                    Role::Joined(within(outer, user)),
                     &mut [],
                     None,
                 )?;
@@ -1142,11 +1139,10 @@ fn loopback_up() -> io::Result<()> {
 /// it), made in `user` when one is given (as a child of a spawner with a `UserNamespace` makes
 /// them). Returns 0 or an errno.
 pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool, user: Option<&OwnedFd>) -> i32 {
-    let alone = Alone { user };
     let result = (|| {
         enter(
             &[Some(&ChildPlan::namespaces_only(mount_ns, net_ns))],
-            Role::Own(alone),
+            Role::Own(user),
             &mut [],
             None,
         )?;
@@ -1164,7 +1160,7 @@ pub(crate) fn probe_namespaces(mount_ns: bool, net_ns: bool, user: Option<&Owned
 pub(crate) fn probe_overlay(target: &CStr, data: &CStr) -> i32 {
     let result = enter(
         &[Some(&ChildPlan::namespaces_only(true, false))],
-        Role::Own(Alone::default()),
+        Role::Own(None),
         &mut [],
         None,
     )

@@ -72,15 +72,7 @@ pub(crate) fn establish(plan: &ChildPlan) -> io::Result<Established> {
     }?;
     drop((ready_write, release_read, trees_write));
     let joined = report::read(&ready_read).and_then(|report| {
-        match report.end {
-            Some(0) => {}
-            Some(errno) => return Err(io::Error::from_raw_os_error(errno)),
-            None => {
-                return Err(io::Error::other(
-                    "the namespace holder died before it was ready",
-                ))
-            }
-        }
+        holder_ready(report.end, "the namespace holder")?;
         let trees = receive_trees(&trees_read, plan)?;
         let joined = open_joined(plan, Some(pid), trees)?;
         Ok((joined, report.outcomes))
@@ -162,6 +154,18 @@ fn hold(child: &InChild, plan: &ChildPlan, ends: &HolderEnds<'_>) {
     wait_for_release(ends.release);
 }
 
+/// Whether a holder (`holder`, for the message) became ready, from the end of its report: its
+/// errno, or nothing when it died first.
+fn holder_ready(end: Option<i32>, holder: &str) -> io::Result<()> {
+    match end {
+        Some(0) => Ok(()),
+        Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+        None => Err(io::Error::other(format!(
+            "{holder} died before it was ready"
+        ))),
+    }
+}
+
 /// Returns at EOF on `release`, which comes when the parent lets go (or dies). Raw system calls
 /// only.
 fn wait_for_release(release: BorrowedFd<'_>) {
@@ -217,12 +221,9 @@ pub(crate) fn user_namespace() -> io::Result<Option<OwnedFd>> {
         })
     }?;
     drop((ready_write, release_read));
-    let opened = report::read(&ready_read).and_then(|report| match report.end {
-        Some(0) => open_proc(&format!("/proc/{}/ns/user", pid.as_raw_nonzero())),
-        Some(errno) => Err(io::Error::from_raw_os_error(errno)),
-        None => Err(io::Error::other(
-            "the user namespace's holder died before it was ready",
-        )),
+    let opened = report::read(&ready_read).and_then(|report| {
+        holder_ready(report.end, "the user namespace's holder")?;
+        open_proc(&format!("/proc/{}/ns/user", pid.as_raw_nonzero()))
     });
     drop(release_write);
     fork::wait_for(pid)?;
