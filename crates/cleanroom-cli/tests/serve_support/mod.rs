@@ -58,6 +58,17 @@ const IN_A_MOUNT_NAMESPACE: [&str; 6] = [
     "-ec",
 ];
 
+/// Wraps `command` to run in a private mount namespace of its own after `setup` (a shell
+/// script, run as root there), as the user `uid` when given (through `setpriv`).
+fn in_a_mount_namespace(command: &mut Command, setup: &str, uid: Option<u32>) {
+    let as_user = match uid {
+        Some(uid) => format!("setpriv --reuid={uid} --regid={uid} --clear-groups "),
+        None => String::new(),
+    };
+    let script = format!("{setup}\nexec {as_user}\"$@\"");
+    wrap(command, &IN_A_MOUNT_NAMESPACE, &[script.as_str(), "sh"]);
+}
+
 impl Server {
     /// Starts the server with `args` after `serve`.
     pub fn start(args: &[&str]) -> Server {
@@ -94,13 +105,7 @@ impl Server {
     ) -> Server {
         let uid = if ordinary { ordinary_uid() } else { None };
         let wrapper = move |work: &Path, command: &mut Command| {
-            let script = setup(work);
-            let as_user = match uid {
-                Some(uid) => format!("setpriv --reuid={uid} --regid={uid} --clear-groups "),
-                None => String::new(),
-            };
-            let script = format!("{script}\nexec {as_user}\"$@\"");
-            wrap(command, &IN_A_MOUNT_NAMESPACE, &[script.as_str(), "sh"]);
+            in_a_mount_namespace(command, &setup(work), uid);
         };
         Server::start_with_prepared(args, uid, false, None, |work, command| {
             prepare(work, command);
@@ -122,10 +127,6 @@ impl Server {
         prepare: impl FnOnce(&Path, &mut Command),
     ) -> Server {
         let uid = if ordinary { ordinary_uid() } else { None };
-        let as_user = match uid {
-            Some(uid) => format!("setpriv --reuid={uid} --regid={uid} --clear-groups "),
-            None => String::new(),
-        };
         let made: String = entries
             .iter()
             .map(|name| format!("echo host > /tmp/{name}\necho host > /var/tmp/{name}\n"))
@@ -133,13 +134,12 @@ impl Server {
         let script = format!(
             "mount -t tmpfs -o mode=1777 tmpfs /tmp\n\
              mount -t tmpfs -o mode=1777 tmpfs /var/tmp\n\
-             {made}\
-             exec {as_user}\"$@\""
+             {made}"
         );
         let run = Some(Path::new("/run"));
         Server::start_with_prepared(args, uid, false, run, |work, command| {
             prepare(work, command);
-            wrap(command, &IN_A_MOUNT_NAMESPACE, &[script.as_str(), "sh"]);
+            in_a_mount_namespace(command, &script, uid);
         })
     }
 
