@@ -328,9 +328,19 @@ mod tests {
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
         let path = ("PATH", dir.path().to_str().unwrap());
-        let (status, out) = run(&["script", "arg"], dir.path(), &[path], None)
-            .await
-            .unwrap();
+        // A child another test of this binary forks meanwhile may still hold the descriptor the
+        // write used (until it executes, when close-on-exec closes it): the kernel then refuses
+        // to execute the file (ETXTBSY) for that moment.
+        let mut tries = 0;
+        let (status, out) = loop {
+            match run(&["script", "arg"], dir.path(), &[path], None).await {
+                Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                result => break result.unwrap(),
+            }
+        };
         assert!(status.success());
         assert_eq!(out, "from sh: arg\n");
     }
